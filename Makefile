@@ -1,0 +1,49 @@
+# Two entry points: `make demo` and `make test`. Both create .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: demo test lint typecheck prometheus-bin clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
+	$(PYTHON) -m venv $(VENV)
+
+# Stamps record which extras are installed, so repeated runs skip pip.
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[tensorboard]'
+	@touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[dev]'
+	@touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/otel-bridge demo
+
+# The integration tests start a real Prometheus (Debian package `prometheus`).
+prometheus-bin:
+	@if [ -n "$$PROMETHEUS_BIN" ] || command -v prometheus >/dev/null 2>&1; then exit 0; fi; \
+	echo "prometheus binary not found: installing the Debian package 'prometheus'"; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "error: cannot install Prometheus here (needs root and apt-get)." >&2; \
+		echo "Install it yourself (sudo apt-get install prometheus) or set PROMETHEUS_BIN=/path/to/prometheus." >&2; \
+		exit 1; \
+	fi; \
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || \
+	{ echo "error: 'apt-get install prometheus' failed; see the output above." >&2; exit 1; }
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.dev-installed
+	$(BIN)/mypy otel_bridge
+
+test: $(VENV)/.dev-installed prometheus-bin lint typecheck
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache

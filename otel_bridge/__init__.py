@@ -1,0 +1,57 @@
+"""otel-bridge: infrastructure and trainer metrics in your experiment tracker, one record per training step.
+
+Public API: :class:`Bridge`, :class:`BridgeConfig`, :class:`StepWindow`, :class:`StepMetricReader`,
+:class:`TrackerExporter`, :class:`MetricProducer`, the producers, and the typed errors.
+"""
+
+from otel_bridge.bridge import Bridge
+from otel_bridge.config import BridgeConfig
+from otel_bridge.errors import (
+    BackendError,
+    BridgeClosedError,
+    ConfigError,
+    DeliveryTimeoutError,
+    ExpositionParseError,
+    OtelBridgeError,
+    PrometheusAPIError,
+    PrometheusError,
+    PrometheusResponseError,
+    PrometheusUnreachableError,
+    ResponseTooLargeError,
+    ScrapeError,
+    StepOrderError,
+)
+from otel_bridge.exporters.record import StepRecord
+from otel_bridge.exporters.tracker import TrackerExporter
+from otel_bridge.producers.promql import PromQLProducer
+from otel_bridge.producers.scrape import ScrapeProducer
+from otel_bridge.reader import MetricProducer, StepMetricReader
+from otel_bridge.window import StepWindow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "Bridge",
+    "BridgeClosedError",
+    "BridgeConfig",
+    "ConfigError",
+    "DeliveryTimeoutError",
+    "ExpositionParseError",
+    "MetricProducer",
+    "OtelBridgeError",
+    "PromQLProducer",
+    "PrometheusAPIError",
+    "PrometheusError",
+    "PrometheusResponseError",
+    "PrometheusUnreachableError",
+    "ResponseTooLargeError",
+    "ScrapeError",
+    "ScrapeProducer",
+    "StepMetricReader",
+    "StepOrderError",
+    "StepRecord",
+    "StepWindow",
+    "TrackerExporter",
+    "__version__",
+]

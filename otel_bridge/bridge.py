@@ -1,0 +1,376 @@
+"""The facade: builds the pipeline from config and marks training steps.
+
+::
+
+    bridge = Bridge.from_config("otel-bridge.yaml")
+    tokens = bridge.meter("trainer").create_counter("trainer.tokens")
+    for step in range(num_steps):
+        with bridge.step(step):
+            metrics = train_one_step()          # rollouts on vLLM, updates, ...
+            tokens.add(metrics["tokens"])
+            bridge.log(metrics, step=step)       # verl-style dict, same record
+    bridge.close()
+
+``with bridge.step(n)`` marks the window ``(enter, exit]``; ``bridge.log(metrics, step)`` outside a ``step()`` block
+marks the window ``(previous boundary, now]`` itself. Either way the boundary only snapshots in-memory instruments and
+enqueues the step: queries, scrapes and tracker writes run on a worker thread, and records reach every
+tracker in step order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import ResourceMetrics
+from opentelemetry.sdk.resources import Resource
+
+from otel_bridge.config import BridgeConfig
+from otel_bridge.errors import BridgeClosedError, DeliveryTimeoutError, StepOrderError
+from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.exporters.record import StepRecord
+from otel_bridge.exporters.tracker import TrackerExporter
+from otel_bridge.health import Health
+from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers.promql import PromQLProducer
+from otel_bridge.producers.scrape import ScrapeProducer
+from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
+from otel_bridge.window import StepWindow
+
+_log = logging.getLogger(__name__)
+_KEPT_RECORDS = 1000
+
+
+@dataclass(slots=True)
+class _Job:
+    window: StepWindow
+    instruments: list[ResourceMetrics]
+    values: dict[str, float] = field(default_factory=dict)
+
+
+class Bridge:
+    """Infrastructure and trainer metrics into trackers, one record per training step.
+
+    Build it with :meth:`from_config`. Thread-safety: call ``step``/``log`` from one training thread.
+    """
+
+    def __init__(self, config: BridgeConfig, *, producers: list[MetricProducer] | None = None) -> None:
+        self.config = config
+        self.run_dir = config.run.dir / (config.run.name or datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S"))
+        self.health = Health()
+        self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
+        backends = [create_backend(t.type, t.options(), self.run_dir) for t in config.trackers]
+        self._records: OrderedDict[int, StepRecord] = OrderedDict()
+        self._records_cond = threading.Condition()
+        self.exporter = TrackerExporter(
+            backends,
+            infra_prefix=config.naming.infra_prefix,
+            health=self.health,
+            on_record=self._remember,
+            warn_interval_s=config.delivery.warn_interval_s,
+        )
+        try:
+            self._producers = producers if producers is not None else self._build_producers()
+            resource = Resource.create({"service.name": "otel-bridge", "otel_bridge.run": self.run_dir.name})
+            self.reader = StepMetricReader(
+                self.exporter,
+                self._producers,
+                health=self.health,
+                resource=resource,
+                warn_interval_s=config.delivery.warn_interval_s,
+            )
+            self.meter_provider = MeterProvider(metric_readers=[self.reader], resource=resource)
+            for producer in self._producers:
+                if isinstance(producer, ProducerLifecycle):
+                    producer.start()
+        except BaseException:
+            self._close_producers()
+            self.exporter.shutdown()
+            raise
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.delivery.queue_size)
+        self._worker = threading.Thread(target=self._deliver, name="otel-bridge-delivery", daemon=True)
+        self._worker.start()
+        self._open_step: int | None = None
+        self._open_values: dict[str, float] = {}
+        self._last_step: int | None = None
+        self._last_boundary: float | None = None
+        self._closed = False
+        _log.info(
+            "otel-bridge: run %s, %d producer(s), trackers %s",
+            self.run_dir,
+            len(self._producers),
+            self.backend_names,
+        )
+
+    @classmethod
+    def from_config(cls, config: str | Path | Mapping[str, Any] | BridgeConfig | None = None) -> Bridge:
+        """Build a bridge from a YAML path, a dict, a :class:`BridgeConfig` or nothing (defaults + env overrides).
+
+        Raises :class:`~otel_bridge.errors.ConfigError` (or a Prometheus/scrape error) at once when the configuration
+        cannot work: nothing is left running in that case.
+        """
+        return cls(BridgeConfig.load(config))
+
+    def _build_producers(self) -> list[MetricProducer]:
+        config = self.config
+        queries = resolve_metrics(config.metrics)
+        source = config.resolved_source()
+        if not queries or source is None:
+            return []
+        delivery = config.delivery
+        if source == "promql":
+            prom = config.prometheus
+            assert prom.url is not None
+            client = PrometheusClient(
+                prom.url,
+                timeout_s=prom.timeout_s,
+                retries=prom.retries,
+                backoff_s=prom.backoff_s,
+                bearer_token=prom.auth.bearer_token(),
+                basic_auth=prom.auth.basic_auth(),
+                verify=prom.tls.verify,
+                ca_file=str(prom.tls.ca_file) if prom.tls.ca_file else None,
+                cert_file=str(prom.tls.cert_file) if prom.tls.cert_file else None,
+                key_file=str(prom.tls.key_file) if prom.tls.key_file else None,
+                max_response_bytes=prom.max_response_bytes,
+                post_threshold_bytes=prom.post_threshold_bytes,
+            )
+            return [
+                PromQLProducer(
+                    client,
+                    queries,
+                    scrape_interval_s=prom.scrape_interval_s,
+                    health=self.health,
+                    warn_interval_s=delivery.warn_interval_s,
+                )
+            ]
+        scrape = config.scrape
+        tls = scrape.tls
+        verify: bool | str = str(tls.ca_file) if tls.ca_file and tls.verify else tls.verify
+        cert: tuple[str, str] | str | None = None
+        if tls.cert_file is not None:
+            cert = (str(tls.cert_file), str(tls.key_file)) if tls.key_file else str(tls.cert_file)
+        return [
+            ScrapeProducer(
+                scrape.targets,
+                queries,
+                timeout_s=scrape.timeout_s,
+                sample_interval_s=scrape.sample_interval_s,
+                max_response_bytes=scrape.max_response_bytes,
+                verify=verify,
+                cert=cert,
+                health=self.health,
+                produce_timeout_s=delivery.produce_timeout_s,
+                warn_interval_s=delivery.warn_interval_s,
+            )
+        ]
+
+    @property
+    def backend_names(self) -> list[str]:
+        """Names of the tracker backends records are written to."""
+        return [b.name for b in self.exporter.backends]
+
+    @property
+    def backends(self) -> list[Backend]:
+        """The tracker backends."""
+        return self.exporter.backends
+
+    def meter(self, name: str, version: str | None = None) -> Meter:
+        """An OpenTelemetry meter whose instruments land in the same per-step record."""
+        return self.meter_provider.get_meter(name, version)
+
+    # -- step boundaries -------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BridgeClosedError("this Bridge is closed; create a new one with Bridge.from_config(...)")
+
+    def _check_new_step(self, step: int) -> None:
+        if self._last_step is not None and step <= self._last_step:
+            raise StepOrderError(
+                f"step {step} comes after step {self._last_step} was already recorded: steps must increase "
+                "(one record per step, in order)"
+            )
+
+    def _boundary(self, t: float) -> None:
+        for producer in self._producers:
+            if isinstance(producer, ProducerLifecycle):
+                producer.on_boundary(t)
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Mark training step ``step``: its window is the time spent inside the ``with`` block.
+
+        ``bridge.log(metrics, step=step)`` inside the block adds the trainer's dict to the same record.
+        """
+        self._check_open()
+        if self._open_step is not None:
+            raise StepOrderError(f"step {step} opened while step {self._open_step} is still open; steps do not nest")
+        self._check_new_step(step)
+        start = time.time()
+        self._boundary(start)
+        self._open_step, self._open_values = step, {}
+        try:
+            yield
+        finally:
+            end = time.time()
+            self._boundary(end)
+            values, self._open_step, self._open_values = self._open_values, None, {}
+            self._enqueue(_Job(StepWindow(step, start, end), self.reader.snapshot_instruments(), values))
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Record the trainer's metrics for ``step`` (verl's ``Tracking.log(data, step)`` shape).
+
+        Inside ``with bridge.step(step)`` the values join that step's record. Otherwise this call is the step's
+        boundary: its window runs from the previous boundary to now (the first one has no start; see the README).
+        Values must be numbers (ints, floats, numpy/torch scalars); others are skipped with a warning.
+        """
+        self._check_open()
+        values = self._numbers(metrics, step)
+        if self._open_step is not None:
+            if step != self._open_step:
+                raise StepOrderError(
+                    f"log(step={step}) inside `with bridge.step({self._open_step})`: use the same step"
+                )
+            self._open_values.update(values)
+            return
+        self._check_new_step(step)
+        end = time.time()
+        self._boundary(end)
+        self._enqueue(_Job(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values))
+
+    def _numbers(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for key, raw in metrics.items():
+            item = getattr(raw, "item", None)
+            try:
+                value = float(item() if callable(item) else raw)
+            except (TypeError, ValueError):
+                self._warn.warning(
+                    f"not-a-number:{key}",
+                    "step %d: trainer metric %r is a %s, not a number; it is not logged",
+                    step,
+                    key,
+                    type(raw).__name__,
+                )
+                continue
+            if not math.isfinite(value):
+                self._warn.warning(
+                    f"nonfinite:{key}", "step %d: trainer metric %r is %s; it is not logged", step, key, value
+                )
+                continue
+            values[str(key)] = value
+        return values
+
+    def _enqueue(self, job: _Job) -> None:
+        self._last_step = job.window.step
+        self._last_boundary = job.window.end
+        self._jobs.put(job)
+
+    # -- delivery ----------------------------------------------------------------------------------------------------
+
+    def _deliver(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self.reader.export_window(job.window, job.instruments, job.values)
+            except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
+                _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
+
+    def _remember(self, record: StepRecord) -> None:
+        with self._records_cond:
+            self._records[record.step] = record
+            while len(self._records) > _KEPT_RECORDS:
+                self._records.popitem(last=False)
+            self._records_cond.notify_all()
+
+    def collect(self, step: int, timeout_s: float = 60.0) -> dict[str, float]:
+        """The record delivered for ``step`` as ``{key: value}``, waiting for its delivery (up to ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        with self._records_cond:
+            while step not in self._records:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DeliveryTimeoutError(
+                        f"step {step} was not delivered within {timeout_s}s (was it logged? recent steps: "
+                        f"{list(self._records)[-5:]})"
+                    )
+                self._records_cond.wait(remaining)
+            return dict(self._records[step].values)
+
+    def record(self, step: int) -> StepRecord | None:
+        """The full record delivered for ``step`` (one of the last 1000), or ``None``."""
+        with self._records_cond:
+            return self._records.get(step)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Deliver every pending step (up to ``timeout_s``, default ``delivery.close_timeout_s``), then shut down."""
+        if self._closed:
+            return
+        self._closed = True
+        timeout = self.config.delivery.close_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        try:
+            self._jobs.put(None, timeout=timeout)
+        except queue.Full:
+            _log.error("otel-bridge: delivery queue still full after %.0fs; pending steps are lost", timeout)
+        self._worker.join(max(0.0, deadline - time.monotonic()))
+        if self._worker.is_alive():
+            pending = []
+            with suppress(queue.Empty):
+                while True:
+                    job = self._jobs.get_nowait()
+                    if job is not None:
+                        pending.append(job.window.step)
+            _log.error(
+                "otel-bridge: close() timed out after %.0fs; steps not delivered: %s",
+                timeout,
+                _ranges(pending) or "the one being delivered",
+            )
+        self._close_producers()
+        self.meter_provider.shutdown()
+
+    def _close_producers(self) -> None:
+        for producer in getattr(self, "_producers", []):
+            if isinstance(producer, ProducerLifecycle):
+                producer.close()
+
+    def __enter__(self) -> Bridge:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
+
+
+def _ranges(steps: list[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    out: list[str] = []
+    for step in sorted(steps):
+        if out and re.fullmatch(rf"(\d+-)?{step - 1}", out[-1]):
+            out[-1] = f"{out[-1].split('-')[0]}-{step}"
+        else:
+            out.append(str(step))
+    return ", ".join(out)

@@ -1,0 +1,430 @@
+"""The one configuration model: loaded from YAML, a dict, or environment overrides, validated by pydantic.
+
+Unknown keys and wrong types raise :class:`~otel_bridge.errors.ConfigError` naming the key and what is allowed.
+
+Environment overrides (applied after the file/dict, before validation):
+
+- ``OTEL_BRIDGE__<SECTION>__<KEY>=value`` sets any nested key, e.g. ``OTEL_BRIDGE__PROMETHEUS__TIMEOUT_S=5``;
+  the value is read as a YAML scalar/list (``5``, ``true``, ``[a, b]``).
+- ``OTEL_BRIDGE_PROMETHEUS_URL`` sets ``prometheus.url``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from otel_bridge.errors import ConfigError
+from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
+
+ENV_PREFIX = "OTEL_BRIDGE__"
+ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def _check_http_url(value: str, key: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(f"{key} must be an http:// or https:// URL, got {value!r}")
+    return value.rstrip("/")
+
+
+class AuthConfig(_Model):
+    """Credentials for Prometheus. Secrets are read from an environment variable or a file, never inline."""
+
+    bearer_token_env: str | None = Field(None, description="Environment variable holding a bearer token.")
+    bearer_token_file: Path | None = Field(None, description="File holding a bearer token.")
+    username: str | None = Field(None, description="Basic-auth user name (the password comes from env or file).")
+    password_env: str | None = Field(None, description="Environment variable holding the basic-auth password.")
+    password_file: Path | None = Field(None, description="File holding the basic-auth password.")
+
+    @model_validator(mode="after")
+    def _one_scheme(self) -> Self:
+        bearer = self.bearer_token_env is not None or self.bearer_token_file is not None
+        basic = self.username is not None or self.password_env is not None or self.password_file is not None
+        if bearer and basic:
+            raise ValueError("use either a bearer token or basic auth (username + password), not both")
+        if self.bearer_token_env is not None and self.bearer_token_file is not None:
+            raise ValueError("set only one of bearer_token_env and bearer_token_file")
+        if self.password_env is not None and self.password_file is not None:
+            raise ValueError("set only one of password_env and password_file")
+        if basic and (self.username is None or (self.password_env is None and self.password_file is None)):
+            raise ValueError("basic auth needs username and one of password_env / password_file")
+        return self
+
+    def bearer_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The bearer token, read now from its environment variable or file."""
+        return _read_secret("bearer token", self.bearer_token_env, self.bearer_token_file, environ)
+
+    def basic_auth(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """``(username, password)``, the password read now from its environment variable or file."""
+        if self.username is None:
+            return None
+        password = _read_secret("password", self.password_env, self.password_file, environ)
+        assert password is not None  # the validator guarantees a source
+        return self.username, password
+
+
+def _read_secret(what: str, env: str | None, file: Path | None, environ: Mapping[str, str] | None) -> str | None:
+    environ = os.environ if environ is None else environ
+    if env is not None:
+        value = environ.get(env)
+        if not value:
+            raise ConfigError(f"the {what} comes from environment variable {env}, which is not set or empty: set it")
+        return value.strip()
+    if file is not None:
+        try:
+            return file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the {what} file {file}: {exc.strerror}; fix the path") from None
+    return None
+
+
+class TLSConfig(_Model):
+    """TLS for HTTPS endpoints: verification is on unless switched off explicitly."""
+
+    verify: bool = True
+    ca_file: Path | None = Field(None, description="CA bundle to verify the server with (instead of the system one).")
+    cert_file: Path | None = Field(None, description="Client certificate (PEM).")
+    key_file: Path | None = Field(None, description="Client certificate key (PEM).")
+
+    @model_validator(mode="after")
+    def _cert_pair(self) -> Self:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file needs cert_file")
+        return self
+
+
+class PrometheusConfig(_Model):
+    """Where Prometheus is and how to talk to it (the PromQL path)."""
+
+    url: str | None = Field(None, description="Prometheus base URL, e.g. http://127.0.0.1:9090.")
+    timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+    retries: int = Field(3, ge=0, le=20, description="Retries for transient failures (connection, timeout, 503).")
+    backoff_s: float = Field(0.5, ge=0, description="Exponential backoff base between retries.")
+    max_response_bytes: int = Field(50_000_000, gt=0, description="Cap on one response body.")
+    post_threshold_bytes: int = Field(2048, gt=0, description="Queries longer than this are sent as POST forms.")
+    scrape_interval_s: float = Field(
+        15.0,
+        gt=0,
+        description="Prometheus' scrape interval: the bridge looks 2x this far back for a window's baseline.",
+    )
+    auth: AuthConfig = AuthConfig()
+    tls: TLSConfig = TLSConfig()
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value, "prometheus.url")
+
+
+class ScrapeConfig(_Model):
+    """Reading ``/metrics`` endpoints directly (the embedded default: no Prometheus server needed)."""
+
+    targets: list[str] = Field(default_factory=list, description="URLs, or host:port (http://host:port/metrics).")
+    timeout_s: float = Field(5.0, gt=0)
+    sample_interval_s: float = Field(
+        1.0,
+        ge=0,
+        description="In-step sampling interval for gauge min/max/mean and reset detection; 0 disables.",
+    )
+    max_response_bytes: int = Field(20_000_000, gt=0)
+    tls: TLSConfig = TLSConfig()
+
+    @field_validator("targets")
+    @classmethod
+    def _targets(cls, values: list[str]) -> list[str]:
+        out = []
+        for value in values:
+            if "://" not in value:
+                if not re.match(r"^[A-Za-z0-9.\-\[\]:]+:\d+$", value):
+                    raise ValueError(f"scrape target {value!r} must be a URL or host:port")
+                value = f"http://{value}/metrics"
+            out.append(_check_http_url(value, "scrape.targets[]"))
+        return out
+
+
+class RatioConfig(_Model):
+    """A derived ratio of two counters' window deltas, e.g. prefix-cache hit rate = delta(hits) / delta(queries)."""
+
+    numerator: str
+    denominator: str
+
+    @field_validator("numerator", "denominator")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        if not _METRIC_NAME.match(value):
+            raise ValueError(f"{value!r} is not a valid Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+        return value
+
+
+class MetricConfig(_Model):
+    """One configured metric: exactly one of ``name``, ``promql``, ``preset`` or ``ratio``."""
+
+    name: str | None = Field(None, description="Prometheus metric name, e.g. vllm:generation_tokens_total.")
+    promql: str | None = Field(None, description="A full PromQL expression (PromQL path only); needs alias.")
+    preset: str | None = Field(None, description="A named metric set: vllm, sglang, ray.")
+    ratio: RatioConfig | None = Field(None, description="Ratio of two counters' deltas; needs alias.")
+    type: MetricKind | None = Field(None, description="counter, gauge or histogram (presets know theirs).")
+    stats: list[str] | None = Field(None, description="Window statistics; defaults by type.")
+    by: list[str] = Field(default_factory=list, description="Labels kept apart (one key per label value).")
+    agg: Literal["sum", "mean", "max", "min"] = Field("sum", description="How gauges combine across series.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Label equality matchers.")
+    alias: str | None = Field(None, description="Key name used instead of the metric name.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        chosen = [k for k in ("name", "promql", "preset", "ratio") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ValueError(f"set exactly one of name, promql, preset, ratio (got {chosen or 'none'})")
+        if self.name is not None and not _METRIC_NAME.match(self.name):
+            raise ValueError(f"name {self.name!r} is not a valid Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+        for label in [*self.by, *self.labels]:
+            if not _LABEL_NAME.match(label) or label.startswith("__"):
+                raise ValueError(f"{label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
+        if (self.promql is not None or self.ratio is not None) and not self.alias:
+            raise ValueError("promql and ratio metrics need an alias (the key they are logged under)")
+        if self.preset is not None and (self.type or self.stats or self.alias or self.labels):
+            raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`)")
+        if self.type is not None and self.stats is not None:
+            kind: MetricKind = self.type
+            bad = [s for s in self.stats if not is_valid_stat(kind, s)]
+            if bad:
+                raise ValueError(f"stats {bad} are not valid for a {kind}; allowed: {allowed_stats(kind)}")
+        if self.stats is not None and not self.stats:
+            raise ValueError("stats must not be empty (omit it for the type's defaults)")
+        return self
+
+    def default_stats(self) -> tuple[str, ...]:
+        """The configured statistics, or the defaults for the metric type."""
+        if self.stats is not None:
+            return tuple(self.stats)
+        return DEFAULT_STATS[self.type] if self.type is not None else ()
+
+
+class TrackerConfig(BaseModel):
+    """One tracker backend: ``type`` plus that backend's own options (validated by the backend)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str = Field(description="jsonl, tensorboard, console")
+
+    def options(self) -> dict[str, Any]:
+        """The backend-specific options (everything but ``type``)."""
+        return dict(self.model_extra or {})
+
+
+class NamingConfig(_Model):
+    """How tracker keys are formed."""
+
+    infra_prefix: str = Field("rollout", description="Prefix of infrastructure keys ('' for none).")
+
+
+class RunConfig(_Model):
+    """Where this run's files go: ``<dir>/<name>/``."""
+
+    name: str | None = Field(None, description="Run name; default: otel-bridge-<UTC timestamp>.")
+    dir: Path = Field(Path("runs"), description="Parent directory of run folders.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z0-9._\-]+$", value):
+            raise ValueError(f"run name {value!r} may only use letters, digits, '.', '_' and '-'")
+        return value
+
+
+class DeliveryConfig(_Model):
+    """The worker that assembles and delivers step records off the training thread."""
+
+    queue_size: int = Field(1000, gt=0, description="Steps waiting for delivery before log()/step() blocks.")
+    produce_timeout_s: float = Field(30.0, gt=0, description="Longest wait for one step's infrastructure readings.")
+    close_timeout_s: float = Field(60.0, gt=0, description="Longest wait in close() for pending records.")
+    warn_interval_s: float = Field(60.0, ge=0, description="Repeated warnings are logged at most this often.")
+
+
+class BridgeConfig(_Model):
+    """The whole otel-bridge configuration."""
+
+    source: Literal["auto", "promql", "scrape"] = Field(
+        "auto",
+        description="auto: promql when prometheus.url is set, else scrape when scrape.targets are set.",
+    )
+    prometheus: PrometheusConfig = PrometheusConfig()
+    scrape: ScrapeConfig = ScrapeConfig()
+    metrics: list[MetricConfig] = Field(default_factory=list)
+    trackers: list[TrackerConfig] = Field(default_factory=lambda: [TrackerConfig(type="jsonl")])
+    naming: NamingConfig = NamingConfig()
+    run: RunConfig = RunConfig()
+    delivery: DeliveryConfig = DeliveryConfig()
+
+    @model_validator(mode="after")
+    def _source(self) -> Self:
+        source = self.resolved_source()
+        if source == "promql" and self.prometheus.url is None:
+            raise ValueError("source is promql but prometheus.url is not set")
+        if source == "scrape":
+            raw = [m.alias for m in self.metrics if m.promql is not None]
+            if raw:
+                raise ValueError(f"promql metrics {raw} need the PromQL path: set prometheus.url (source: promql)")
+            if self.metrics and not self.scrape.targets:
+                raise ValueError(
+                    "metrics are configured but there is nowhere to read them: set prometheus.url or scrape.targets"
+                )
+        return self
+
+    def resolved_source(self) -> Literal["promql", "scrape"] | None:
+        """Which producer reads infrastructure metrics (``None`` when no source is configured)."""
+        if self.source != "auto":
+            return self.source
+        if self.prometheus.url is not None:
+            return "promql"
+        if self.scrape.targets:
+            return "scrape"
+        return None
+
+    @classmethod
+    def load(
+        cls,
+        source: str | Path | Mapping[str, Any] | BridgeConfig | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> BridgeConfig:
+        """Build a validated config from a YAML file path, a mapping, or nothing (defaults), plus env overrides."""
+        if isinstance(source, BridgeConfig):
+            return source
+        if source is None:
+            data: dict[str, Any] = {}
+        elif isinstance(source, str | Path):
+            data = _read_yaml(Path(source))
+        elif isinstance(source, Mapping):
+            data = _deep_copy(source)
+        else:
+            raise ConfigError(f"config must be a path, a mapping or a BridgeConfig, not {type(source).__name__}")
+        data = apply_env_overrides(data, os.environ if environ is None else environ)
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BridgeConfig:
+        """Validate a mapping; errors become one :class:`ConfigError` listing every problem."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, cls)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    data = dict(data)
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
+    return data
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Return ``data`` with ``OTEL_BRIDGE__A__B=value`` and ``OTEL_BRIDGE_PROMETHEUS_URL`` applied."""
+    out: dict[str, Any] = _deep_copy(data)
+    overrides: list[tuple[list[str], str]] = []
+    if environ.get(ENV_PROMETHEUS_URL):
+        overrides.append((["prometheus", "url"], environ[ENV_PROMETHEUS_URL]))
+    for name, raw in sorted(environ.items()):
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            overrides.append(([part.lower() for part in name[len(ENV_PREFIX) :].split("__")], raw))
+    for path, raw in overrides:
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model class that owns the last element of ``loc`` (for listing allowed keys)."""
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        if current is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = _model_type(field.annotation)
+    return current
+
+
+def _model_type(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_type(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _loc_text(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
+    """Turn pydantic's errors into lines that name the key and what is allowed."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        key = _loc_text(loc)
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            owner = _model_at(model, loc)
+            allowed = ", ".join(owner.model_fields) if owner else "see the README's config reference"
+            lines.append(f"unknown key '{key}'; allowed keys here: {allowed}")
+        elif kind == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            lines.append(f"'{key}' = {error['input']!r} is not allowed; expected {expected}")
+        elif kind == "value_error":
+            message = str(error.get("ctx", {}).get("error", error["msg"]))
+            lines.append(f"'{key}': {message}" if loc else message)
+        elif kind == "missing":
+            lines.append(f"missing key '{key}'")
+        else:
+            lines.append(f"'{key}' = {error.get('input')!r}: {error['msg']}")
+    count = len(lines)
+    header = "invalid otel-bridge config" + (f" ({count} problems)" if count > 1 else "")
+    return header + ":\n  - " + "\n  - ".join(lines)

@@ -1,0 +1,102 @@
+"""Typed errors. Every message says what went wrong and what to change.
+
+Hierarchy::
+
+    OtelBridgeError
+    ├── ConfigError                 bad configuration (raised at start-up)
+    ├── PrometheusError             talking to the Prometheus HTTP API
+    │   ├── PrometheusUnreachableError   connection refused / timed out (after retries)
+    │   ├── PrometheusAPIError           Prometheus answered ``status: error`` (errorType/error)
+    │   ├── PrometheusResponseError      the answer is not the Prometheus JSON API (HTML, truncated, ...)
+    │   └── ResponseTooLargeError        the body exceeded the configured cap
+    ├── ScrapeError                 reading a ``/metrics`` endpoint
+    ├── ExpositionParseError        text exposition that cannot be parsed
+    ├── BackendError                a tracker backend failed
+    ├── StepOrderError              steps logged out of order, or to a step already recorded
+    ├── DeliveryTimeoutError        a step's record was not delivered in time
+    └── BridgeClosedError           the bridge was used after ``close()``
+"""
+
+from __future__ import annotations
+
+
+class OtelBridgeError(Exception):
+    """Base class of every error raised by otel-bridge."""
+
+
+class ConfigError(OtelBridgeError, ValueError):
+    """The configuration is invalid. The message names the key and what is allowed."""
+
+
+class PrometheusError(OtelBridgeError):
+    """A request to the Prometheus HTTP API failed."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class PrometheusUnreachableError(PrometheusError):
+    """Prometheus could not be reached (connection refused, DNS, timeout), after retries."""
+
+
+class PrometheusAPIError(PrometheusError):
+    """Prometheus answered with ``status: error``; carries its ``errorType`` and ``error``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status_code: int | None = None,
+        error_type: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url)
+        self.status_code = status_code
+        self.error_type = error_type
+        self.error = error
+
+
+class PrometheusResponseError(PrometheusError):
+    """The response is not a Prometheus API answer (HTML page, non-JSON, wrong shape)."""
+
+    def __init__(self, message: str, *, url: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(message, url=url)
+        self.status_code = status_code
+
+
+class ResponseTooLargeError(PrometheusError):
+    """The response body is larger than the configured cap."""
+
+    def __init__(self, message: str, *, url: str | None = None, limit_bytes: int = 0) -> None:
+        super().__init__(message, url=url)
+        self.limit_bytes = limit_bytes
+
+
+class ScrapeError(OtelBridgeError):
+    """A ``/metrics`` endpoint could not be read."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ExpositionParseError(OtelBridgeError, ValueError):
+    """Prometheus text exposition that cannot be parsed."""
+
+
+class BackendError(OtelBridgeError):
+    """A tracker backend failed to open or write."""
+
+
+class BridgeClosedError(OtelBridgeError, RuntimeError):
+    """The bridge was used after :meth:`Bridge.close`."""
+
+
+class StepOrderError(OtelBridgeError, ValueError):
+    """A step was logged out of order, twice, or while another step's window is open."""
+
+
+class DeliveryTimeoutError(OtelBridgeError, TimeoutError):
+    """A step's record was not assembled and delivered within the timeout."""

@@ -1,0 +1,1 @@
+"""Turning collected metrics into tracker records: key naming, step records and the tracker backends."""

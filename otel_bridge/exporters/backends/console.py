@@ -1,0 +1,74 @@
+"""Console backend: a compact one-line summary per step, written to a text stream."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.exporters.record import StepRecord
+
+
+def format_record(record: StepRecord, max_keys: int) -> str:
+    """One line for ``record``: ``step 12 | actor/loss=0.31 | rollout/vllm/...=512 | (+3 more) | note: ...``.
+
+    Keys are sorted, values formatted ``%.4g``, at most ``max_keys`` of them shown.
+    """
+    keys = sorted(record.values)
+    parts = [f"step {record.step}"]
+    parts.extend(f"{key}={float(record.values[key]):.4g}" for key in keys[:max_keys])
+    if len(keys) > max_keys:
+        parts.append(f"(+{len(keys) - max_keys} more)")
+    parts.extend(f"note: {note}" for note in record.notes)
+    return " | ".join(parts)
+
+
+class ConsoleBackend:
+    """Writes one line per ``every``-th step (steps divisible by ``every``) with at most ``max_keys`` values.
+
+    ``stream`` defaults to the ``sys.stdout`` current at each write, so redirections made after start-up
+    apply.
+    """
+
+    def __init__(self, stream: TextIO | None = None, every: int = 1, max_keys: int = 20) -> None:
+        if every < 1:
+            raise ConfigError(f"console: 'every' must be >= 1, got {every}")
+        if max_keys < 1:
+            raise ConfigError(f"console: 'max_keys' must be >= 1, got {max_keys}")
+        self.name = "console"
+        self.every = every
+        self.max_keys = max_keys
+        self._stream = stream
+        self._closed = False
+
+    @property
+    def stream(self) -> TextIO:
+        """The stream lines are written to."""
+        return sys.stdout if self._stream is None else self._stream
+
+    def write(self, record: StepRecord) -> None:
+        """Write the record's line when its step is one of every ``every`` steps."""
+        if self._closed:
+            raise BackendError(f"console: the backend is closed; cannot write step {record.step}")
+        if record.step % self.every != 0:
+            return
+        try:
+            self.stream.write(format_record(record, self.max_keys) + "\n")
+        except (OSError, ValueError) as err:
+            raise BackendError(f"console: cannot write step {record.step}: {err}") from err
+
+    def flush(self) -> None:
+        """Flush the stream."""
+        if self._closed:
+            return
+        try:
+            self.stream.flush()
+        except (OSError, ValueError) as err:
+            raise BackendError(f"console: cannot flush the stream: {err}") from err
+
+    def close(self) -> None:
+        """Flush the stream; the stream itself stays open (it is not the backend's)."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True

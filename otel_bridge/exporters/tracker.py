@@ -1,0 +1,199 @@
+"""TrackerExporter: an OpenTelemetry MetricExporter that writes one flat record per training step to every backend.
+
+Flattening rules (all key rules live in :mod:`otel_bridge.exporters.naming`):
+
+- scope ``otel_bridge.window``: the step and its window (not a key);
+- scope ``otel_bridge.infrastructure``: ``<prefix>/<metric name with ':' as '/'>/<stat>[/<label>.<value>...]``;
+- scope ``otel_bridge.trainer`` (``bridge.log()``): the trainer's own keys, as given (made valid for every backend);
+- scope ``otel_bridge.health``: ``otel_bridge/...`` keys;
+- any other scope (the trainer's OTel instruments): the instrument name, plus ``/<label>.<value>`` per attribute;
+  histograms as ``/count``, ``/sum``, ``/mean``, ``/min``, ``/max`` of the step's observations.
+
+Non-finite values (NaN: e.g. a quantile of a step without observations) are left out of the record and counted in
+``otel_bridge/nonfinite_values``. Each backend is isolated: one that raises is counted in
+``otel_bridge/backend_errors/backend.<name>`` and logged (rate-limited) while the others still receive the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import (
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+    Sum,
+)
+
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.naming import KeyRegistry, infra_key, sanitize_key, trainer_key
+from otel_bridge.exporters.record import StepRecord
+from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
+from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.reader import (
+    HEALTH_SCOPE,
+    INFRA_SCOPE,
+    STAT_ATTRIBUTE,
+    STEP_METRIC,
+    TRAINER_SCOPE,
+    WINDOW_SCOPE,
+)
+
+_log = logging.getLogger(__name__)
+
+FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
+
+
+class TrackerExporter(MetricExporter):
+    """Flattens each step's ``MetricsData`` to ``{key: float}`` and writes it to every backend, in step order."""
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        *,
+        infra_prefix: str = "rollout",
+        health: Health | None = None,
+        on_record: Callable[[StepRecord], None] | None = None,
+        warn_interval_s: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self._backends = list(backends)
+        self._prefix = infra_prefix
+        self._health = health or Health()
+        self._on_record = on_record
+        self._keys = KeyRegistry()
+        self._warn = RateLimitedLogger(_log, warn_interval_s)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def backends(self) -> list[Backend]:
+        """The backends records are written to."""
+        return list(self._backends)
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        """Flatten and write one step record. Returns FAILURE when any backend failed (the others got the record)."""
+        record = self.flatten(metrics_data)
+        ok = self.write(record)
+        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+
+    def write(self, record: StepRecord) -> bool:
+        """Write ``record`` to every backend; returns whether all succeeded."""
+        ok = True
+        with self._lock:
+            for backend in self._backends:
+                try:
+                    backend.write(record)
+                except Exception as exc:  # noqa: BLE001 - any backend failure is isolated, counted and logged
+                    ok = False
+                    self._health.count(BACKEND_ERRORS, labels={"backend": backend.name})
+                    self._warn.error(
+                        f"backend:{backend.name}",
+                        "tracker backend %r failed to write step %d: %s: %s",
+                        backend.name,
+                        record.step,
+                        type(exc).__name__,
+                        exc,
+                    )
+        if self._on_record is not None:
+            self._on_record(record)
+        return ok
+
+    def flatten(self, metrics_data: MetricsData) -> StepRecord:
+        """The step record a ``MetricsData`` describes (see the module docstring for the key rules)."""
+        step: int | None = None
+        start: float | None = None
+        end = 0.0
+        values: dict[str, float] = {}
+        nonfinite = 0
+        for scope_name, metric_name, point in _points(metrics_data):
+            if scope_name == WINDOW_SCOPE:
+                if metric_name == STEP_METRIC and isinstance(point, NumberDataPoint):
+                    step = int(point.value)
+                    start = point.start_time_unix_nano / 1e9 if point.start_time_unix_nano else None
+                    end = point.time_unix_nano / 1e9
+                continue
+            for source, key, value in self._keys_of(scope_name, metric_name, point):
+                if not math.isfinite(value):
+                    nonfinite += 1
+                    continue
+                values[self._keys.key_for(source, key)] = value
+        if step is None:
+            raise ValueError(f"MetricsData has no {STEP_METRIC} metric in scope {WINDOW_SCOPE}: not a step collection")
+        self._health.count(NONFINITE_VALUES, nonfinite)
+        notes = (FIRST_STEP_NOTE,) if start is None else ()
+        return StepRecord(step=step, values=values, time=end, window_start=start, notes=notes)
+
+    def _keys_of(
+        self, scope_name: str, metric_name: str, point: NumberDataPoint | HistogramDataPoint
+    ) -> Iterator[tuple[str, str, float]]:
+        attributes = {str(k): str(v) for k, v in (point.attributes or {}).items()}
+        source = f"{scope_name}|{metric_name}|{sorted(attributes.items())}"
+        if scope_name == INFRA_SCOPE:
+            stat = attributes.pop(STAT_ATTRIBUTE, None)
+            assert isinstance(point, NumberDataPoint)
+            yield source, infra_key(metric_name, stat, attributes, prefix=self._prefix), float(point.value)
+        elif scope_name == TRAINER_SCOPE:
+            assert isinstance(point, NumberDataPoint)
+            yield source, trainer_key(metric_name), float(point.value)
+        elif scope_name == HEALTH_SCOPE:
+            assert isinstance(point, NumberDataPoint)
+            yield source, _with_labels(metric_name, attributes), float(point.value)
+        elif isinstance(point, HistogramDataPoint):
+            base = _with_labels(trainer_key(metric_name), attributes)
+            yield f"{source}|count", f"{base}/count", float(point.count)
+            yield f"{source}|sum", f"{base}/sum", float(point.sum)
+            if point.count:
+                yield f"{source}|mean", f"{base}/mean", point.sum / point.count
+                yield f"{source}|min", f"{base}/min", float(point.min)
+                yield f"{source}|max", f"{base}/max", float(point.max)
+        else:
+            yield source, _with_labels(trainer_key(metric_name), attributes), float(point.value)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Flush every backend."""
+        with self._lock:
+            for backend in self._backends:
+                try:
+                    backend.flush()
+                except Exception as exc:  # noqa: BLE001 - isolated like write()
+                    self._warn.error(
+                        f"flush:{backend.name}", "tracker backend %r failed to flush: %s", backend.name, exc
+                    )
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Flush and close every backend (once)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for backend in self._backends:
+                try:
+                    backend.close()
+                except Exception as exc:  # noqa: BLE001 - isolated like write()
+                    _log.error("tracker backend %r failed to close: %s: %s", backend.name, type(exc).__name__, exc)
+
+
+def _with_labels(key: str, labels: Mapping[str, str]) -> str:
+    suffix = "/".join(f"{name}.{value}" for name, value in sorted(labels.items()))
+    return sanitize_key(f"{key}/{suffix}" if suffix else key)
+
+
+def _points(metrics_data: MetricsData) -> Iterator[tuple[str, str, NumberDataPoint | HistogramDataPoint]]:
+    for resource_metrics in metrics_data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            scope_name = scope_metrics.scope.name
+            for metric in scope_metrics.metrics:
+                data = metric.data
+                if isinstance(data, Gauge | Sum | Histogram):
+                    for point in data.data_points:
+                        yield scope_name, metric.name, point

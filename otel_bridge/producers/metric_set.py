@@ -1,0 +1,147 @@
+"""The configured metrics, resolved: presets expanded, deprecated names replaced, statistics defaulted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from otel_bridge.config import MetricConfig
+from otel_bridge.errors import ConfigError
+from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
+from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
+
+_log = logging.getLogger(__name__)
+
+Aggregation = Literal["sum", "mean", "max", "min"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricQuery:
+    """One metric to read each step, fully resolved.
+
+    ``kind`` is ``None`` until known: metrics configured without ``type`` get it from the source's metadata at start-up
+    (:meth:`with_kind`). ``promql`` queries are raw expressions; ``ratio`` queries divide two counters' deltas.
+    """
+
+    key_name: str
+    name: str | None = None
+    kind: MetricKind | None = None
+    stats: tuple[str, ...] = ()
+    by: tuple[str, ...] = ()
+    agg: Aggregation = "sum"
+    matchers: tuple[tuple[str, str], ...] = ()
+    promql: str | None = None
+    ratio: tuple[str, str] | None = None
+    source_index: int = field(default=0, compare=False)
+
+    @property
+    def needs_kind(self) -> bool:
+        """A plain metric whose type is still unknown."""
+        return self.name is not None and self.kind is None
+
+    def with_kind(self, kind: MetricKind) -> MetricQuery:
+        """This query with its type resolved (and default statistics when none were configured)."""
+        stats = self.stats or DEFAULT_STATS[kind]
+        bad = [s for s in stats if not is_valid_stat(kind, s)]
+        if bad:
+            raise ConfigError(
+                f"metrics[{self.source_index}] {self.name}: the source says it is a {kind}, and stats {bad} are not "
+                f"valid for a {kind}; allowed: {allowed_stats(kind)}"
+            )
+        return replace(self, kind=kind, stats=stats)
+
+    def series_names(self) -> tuple[str, ...]:
+        """The Prometheus sample names this query reads raw (counters, histograms, ratios)."""
+        if self.ratio is not None:
+            return self.ratio
+        if self.name is None:
+            return ()
+        if self.kind == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a series' labels satisfy this query's equality matchers."""
+        return all(labels.get(k) == v for k, v in self.matchers)
+
+
+def resolve_metrics(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
+    """Expand presets and deprecated names into :class:`MetricQuery` objects, rejecting duplicate keys."""
+    queries: list[MetricQuery] = []
+    for index, config in enumerate(configs):
+        if config.preset is not None:
+            preset = PRESETS.get(config.preset)
+            if preset is None:
+                raise ConfigError(
+                    f"metrics[{index}]: unknown preset {config.preset!r}; available: {', '.join(sorted(PRESETS))}"
+                )
+            for entry in preset:
+                merged = {**entry, "by": list(config.by)}
+                queries.append(_query(MetricConfig.model_validate(merged), index))
+        else:
+            queries.append(_query(config, index))
+    _reject_duplicates(queries)
+    return queries
+
+
+def _query(config: MetricConfig, index: int) -> MetricQuery:
+    if config.name is not None and config.name in DEPRECATED:
+        config = _replace_deprecated(config, index)
+    stats = tuple(config.stats) if config.stats is not None else ()
+    if config.type is not None and not stats:
+        stats = DEFAULT_STATS[config.type]
+    common = {
+        "by": tuple(config.by),
+        "agg": config.agg,
+        "matchers": tuple(sorted(config.labels.items())),
+        "source_index": index,
+    }
+    if config.promql is not None:
+        assert config.alias is not None
+        return MetricQuery(key_name=config.alias, promql=config.promql, **common)  # type: ignore[arg-type]
+    if config.ratio is not None:
+        assert config.alias is not None
+        ratio = (config.ratio.numerator, config.ratio.denominator)
+        return MetricQuery(key_name=config.alias, ratio=ratio, kind="counter", **common)  # type: ignore[arg-type]
+    assert config.name is not None
+    return MetricQuery(
+        key_name=config.alias or config.name,
+        name=config.name,
+        kind=config.type,
+        stats=stats,
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def _replace_deprecated(config: MetricConfig, index: int) -> MetricConfig:
+    assert config.name is not None
+    old = config.name
+    new = dict(DEPRECATED[old])
+    _log.warning(
+        "metrics[%d]: %s is a deprecated vLLM metric (removed in vLLM 0.32); querying %s instead - "
+        "update your config to the new name",
+        index,
+        old,
+        replacement_text(old),
+    )
+    kind = new.get("type")
+    if config.stats and "stats" not in new and kind is not None and all(is_valid_stat(kind, s) for s in config.stats):
+        new["stats"] = list(config.stats)
+    new.update({"by": list(config.by), "agg": config.agg, "labels": dict(config.labels)})
+    if config.alias is not None:
+        new["alias"] = config.alias
+    return MetricConfig.model_validate(new)
+
+
+def _reject_duplicates(queries: Iterable[MetricQuery]) -> None:
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for query in queries:
+        key = (query.key_name, query.matchers)
+        if key in seen:
+            raise ConfigError(
+                f"metrics[{query.source_index}]: {query.key_name} is configured twice (also metrics[{seen[key]}]); "
+                "remove one or give one an alias"
+            )
+        seen[key] = query.source_index

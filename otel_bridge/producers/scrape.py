@@ -1,0 +1,245 @@
+"""ScrapeProducer: window statistics read straight from ``/metrics`` endpoints (no Prometheus server needed).
+
+A background sampler thread scrapes every target at each step boundary (as soon as the trainer signals it) and every
+``sample_interval_s`` in between. Each scrape round is kept as a timestamped snapshot: boundary rounds are stamped with
+the boundary time itself, so a window ``(start, end]`` uses the boundary snapshot at ``start`` as its baseline and the
+one at ``end`` as its last sample, like Prometheus' samples. Window statistics are then computed from those samples with
+the same code as the PromQL path (:mod:`otel_bridge.producers.aggregate`). Every series gets an ``instance`` label
+(``host:port`` of its target), as Prometheus adds, so replicas with identical labels stay apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from opentelemetry.sdk.metrics.export import Metric
+
+from otel_bridge.errors import ConfigError, ExpositionParseError, ScrapeError
+from otel_bridge.health import MISSING_METRICS, SCRAPE_ERRORS, Health
+from otel_bridge.producers.aggregate import RawSeries, compute_stats
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.points import missing_warning, to_metric
+from otel_bridge.prometheus.endpoint import MetricsEndpoint
+from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
+from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.window import Sample, StepWindow
+
+_log = logging.getLogger(__name__)
+
+Families = dict[str, ExpositionFamily]
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One scrape round: per target, the wanted families (``None`` where the scrape failed)."""
+
+    t: float
+    boundary: bool
+    families: dict[str, Families | None]
+
+
+class ScrapeProducer:
+    """Reads the configured metrics from ``/metrics`` endpoints for each step window (see the module docstring)."""
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        queries: Sequence[MetricQuery],
+        *,
+        timeout_s: float = 5.0,
+        sample_interval_s: float = 1.0,
+        max_response_bytes: int = 20_000_000,
+        verify: bool | str = True,
+        cert: tuple[str, str] | str | None = None,
+        health: Health | None = None,
+        produce_timeout_s: float = 30.0,
+        warn_interval_s: float = 60.0,
+    ) -> None:
+        if not targets:
+            raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
+        if any(q.promql is not None for q in queries):
+            raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
+        self._endpoints = [
+            MetricsEndpoint(url, timeout_s=timeout_s, max_response_bytes=max_response_bytes, verify=verify, cert=cert)
+            for url in targets
+        ]
+        self._instances = {e.url: urlsplit(e.url).netloc for e in self._endpoints}
+        self._queries = list(queries)
+        self._wanted = frozenset(self._wanted_names())
+        self._sample_interval_s = sample_interval_s
+        self._produce_timeout_s = produce_timeout_s
+        self._health = health or Health()
+        self._warn = RateLimitedLogger(_log, warn_interval_s)
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(32, len(self._endpoints)), thread_name_prefix="otel-bridge-scrape"
+        )
+        self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
+        self._snapshots: list[Snapshot] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def _wanted_names(self) -> set[str]:
+        names: set[str] = set()
+        for q in self._queries:
+            if q.ratio is not None:
+                names.update(q.ratio)
+            elif q.name is not None:
+                names.add(q.name)
+        return names
+
+    @property
+    def queries(self) -> list[MetricQuery]:
+        """The resolved queries (types filled in after :meth:`start`)."""
+        return list(self._queries)
+
+    def start(self) -> None:
+        """Scrape once to resolve metric types, then start the sampler thread."""
+        first = self._scrape_round(time.time(), boundary=False)
+        if any(q.needs_kind for q in self._queries):
+            self._queries = [self._resolve_kind(q, first) for q in self._queries]
+        with self._cond:
+            self._snapshots.append(first)
+        self._thread = threading.Thread(target=self._run, name="otel-bridge-sampler", daemon=True)
+        self._thread.start()
+
+    def _resolve_kind(self, query: MetricQuery, snapshot: Snapshot) -> MetricQuery:
+        if not query.needs_kind:
+            return query
+        assert query.name is not None
+        kinds = {fams[query.name].kind for fams in snapshot.families.values() if fams and query.name in fams}
+        kind = next(iter(kinds)) if len(kinds) == 1 else None
+        if kind not in ("counter", "gauge", "histogram"):
+            reachable = sum(1 for fams in snapshot.families.values() if fams is not None)
+            found = (
+                f"the endpoints report {sorted(kinds)}"
+                if kinds
+                else f"none of {reachable} reachable endpoints exposes it"
+            )
+            raise ConfigError(
+                f"metrics[{query.source_index}] {query.name}: type unknown ({found}); "
+                "set type: counter, gauge or histogram"
+            )
+        return query.with_kind(kind)
+
+    def on_boundary(self, t: float) -> None:
+        """Ask the sampler for a boundary scrape stamped ``t`` (never blocks)."""
+        self._boundaries.put(t)
+
+    def _run(self) -> None:
+        next_sample = time.monotonic() + self._sample_interval_s
+        while True:
+            timeout = max(0.0, next_sample - time.monotonic()) if self._sample_interval_s > 0 else None
+            try:
+                t = self._boundaries.get(timeout=timeout)
+            except queue.Empty:
+                snapshot = self._scrape_round(time.time(), boundary=False)
+                next_sample = time.monotonic() + self._sample_interval_s
+            else:
+                if t is None:
+                    return
+                snapshot = self._scrape_round(t, boundary=True)
+            with self._cond:
+                self._snapshots.append(snapshot)
+                self._snapshots.sort(key=lambda s: s.t)
+                self._cond.notify_all()
+
+    def _scrape_round(self, t: float, *, boundary: bool) -> Snapshot:
+        results = list(self._pool.map(self._scrape_one, self._endpoints))
+        return Snapshot(
+            t=t, boundary=boundary, families=dict(zip((e.url for e in self._endpoints), results, strict=True))
+        )
+
+    def _scrape_one(self, endpoint: MetricsEndpoint) -> Families | None:
+        try:
+            families = parse_exposition(endpoint.fetch(), self._wanted)
+        except (ScrapeError, ExpositionParseError) as exc:
+            self._health.count(SCRAPE_ERRORS, labels={"instance": self._instances[endpoint.url]})
+            self._warn.warning(f"scrape:{endpoint.url}", "%s", exc)
+            return None
+        self._warn.forget(f"scrape:{endpoint.url}")
+        return families
+
+    def _wait_for_boundary(self, t: float) -> bool:
+        deadline = time.monotonic() + self._produce_timeout_s
+        with self._cond:
+            while not any(s.boundary and s.t == t for s in self._snapshots):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def produce(self, window: StepWindow) -> list[Metric]:
+        """Statistics for ``window`` from the stored snapshots (waits for the boundary scrape at ``window.end``)."""
+        if not self._wait_for_boundary(window.end):
+            raise ScrapeError(
+                f"step {window.step}: the boundary scrape did not finish within {self._produce_timeout_s}s; "
+                "check that the targets answer within scrape.timeout_s"
+            )
+        with self._cond:
+            relevant = self._relevant(window)
+            self._prune(window.end)
+        series = self._series(relevant)
+        metrics = []
+        missing = []
+        for query in self._queries:
+            points = compute_stats(query, series, window)
+            if points is None:
+                missing.append(query)
+            elif points:
+                metrics.append(to_metric(query, points, window))
+        self._health.set(MISSING_METRICS, float(len(missing)))
+        for query in missing:
+            missing_warning(self._warn, query, window, f"no target among {len(self._endpoints)} exposes it")
+        return metrics
+
+    def _relevant(self, window: StepWindow) -> list[Snapshot]:
+        snapshots = [s for s in self._snapshots if s.t <= window.end]
+        if window.start is None:
+            return snapshots[-1:]
+        start = window.start
+        base = [s for s in snapshots if s.t <= start]
+        return base[-1:] + [s for s in snapshots if s.t > start]
+
+    def _prune(self, end: float) -> None:
+        """Drop snapshots no later window can use: everything before the last one at or before ``end``."""
+        keep_from = 0
+        for index, snapshot in enumerate(self._snapshots):
+            if snapshot.t <= end:
+                keep_from = index
+        del self._snapshots[:keep_from]
+
+    def _series(self, snapshots: Sequence[Snapshot]) -> list[RawSeries]:
+        samples: dict[SeriesKey, list[Sample]] = {}
+        for snapshot in snapshots:
+            for url, families in snapshot.families.items():
+                if families is None:
+                    continue
+                instance = self._instances[url]
+                for family in families.values():
+                    for sample in family.samples:
+                        labels = {**sample.labels, "instance": instance}
+                        key = (sample.name, tuple(sorted(labels.items())))
+                        samples.setdefault(key, []).append((snapshot.t, sample.value))
+        return [RawSeries(name=name, labels=dict(labels), samples=s) for (name, labels), s in samples.items()]
+
+    def close(self) -> None:
+        """Stop the sampler thread and close the HTTP sessions."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._boundaries.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for endpoint in self._endpoints:
+            endpoint.close()

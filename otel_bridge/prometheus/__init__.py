@@ -1,0 +1,1 @@
+"""Talking to Prometheus: the HTTP API client, PromQL building and exposition parsing."""

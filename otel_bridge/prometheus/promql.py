@@ -1,0 +1,173 @@
+"""Building PromQL safely: name validation, string-literal quoting and small expression combinators.
+
+Every function is pure. Names that do not match the Prometheus grammar raise :class:`ConfigError`, so a
+misspelled metric or label in the configuration is reported at start-up instead of producing a query that
+Prometheus rejects (or, worse, silently matches nothing).
+
+Label values are quoted with the escapes that Go string literals (which PromQL uses) and JSON have in
+common, so a value can never break out of its literal whatever characters it holds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+from otel_bridge.errors import ConfigError
+
+__all__ = [
+    "duration",
+    "quote_label_value",
+    "regex_alternation",
+    "selector",
+    "tag_series",
+    "union",
+    "validate_label_name",
+    "validate_metric_name",
+]
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+# Escapes valid both in Go double-quoted string literals and in JSON strings.
+_SHORT_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+}
+
+# Characters that RE2 (the regex engine of PromQL matchers) treats as syntax.
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def validate_metric_name(name: str) -> str:
+    """Return ``name`` if it is a valid Prometheus metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``).
+
+    Raises :class:`ConfigError` naming the offending value otherwise.
+    """
+    if not isinstance(name, str) or _METRIC_NAME.fullmatch(name) is None:
+        raise ConfigError(
+            f"invalid Prometheus metric name {name!r}: a metric name must match [a-zA-Z_:][a-zA-Z0-9_:]* "
+            "(letters, digits, '_' and ':', not starting with a digit)"
+        )
+    return name
+
+
+def validate_label_name(name: str) -> str:
+    """Return ``name`` if it is a valid user label name (``[a-zA-Z_][a-zA-Z0-9_]*``, no ``__`` prefix).
+
+    Names starting with ``__`` are reserved for Prometheus' internal labels. Raises :class:`ConfigError`
+    naming the offending value otherwise.
+    """
+    if not isinstance(name, str) or _LABEL_NAME.fullmatch(name) is None:
+        raise ConfigError(
+            f"invalid Prometheus label name {name!r}: a label name must match [a-zA-Z_][a-zA-Z0-9_]* "
+            "(letters, digits and '_', not starting with a digit)"
+        )
+    if name.startswith("__"):
+        raise ConfigError(
+            f"invalid label name {name!r}: names starting with '__' are reserved for Prometheus; "
+            "choose a name without the leading double underscore"
+        )
+    return name
+
+
+def quote_label_value(value: str) -> str:
+    """Quote ``value`` as a PromQL double-quoted string literal, e.g. ``a"b`` -> ``"a\\"b"``.
+
+    Backslash, double quote and control characters are escaped; other characters (including any
+    non-ASCII text) are kept as they are. The result is both a valid Go string literal and a valid
+    JSON string, and decodes to exactly ``value``. Raises :class:`ConfigError` for a string that
+    cannot be encoded as UTF-8 (an unpaired surrogate).
+    """
+    if not isinstance(value, str):
+        raise ConfigError(f"a label value must be a string, got {type(value).__name__} {value!r}")
+    parts: list[str] = ['"']
+    for char in value:
+        short = _SHORT_ESCAPES.get(char)
+        if short is not None:
+            parts.append(short)
+            continue
+        code = ord(char)
+        if code < 0x20 or code == 0x7F:
+            parts.append(f"\\u{code:04x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ConfigError(
+                f"label value {value!r} contains an unpaired surrogate (U+{code:04X}) that cannot be "
+                "sent to Prometheus; use valid Unicode text"
+            )
+        else:
+            parts.append(char)
+    parts.append('"')
+    return "".join(parts)
+
+
+def selector(metric: str, matchers: Mapping[str, str] | None = None) -> str:
+    """Build an instant-vector selector such as ``vllm:x{a="b",c="d"}`` (matchers sorted by label name).
+
+    The metric and label names are validated, the values quoted. Without matchers the bare metric name
+    is returned.
+    """
+    validate_metric_name(metric)
+    if not matchers:
+        return metric
+    inner = ",".join(f"{validate_label_name(label)}={quote_label_value(matchers[label])}" for label in sorted(matchers))
+    return f"{metric}{{{inner}}}"
+
+
+def duration(seconds: float) -> str:
+    """Format ``seconds`` as a PromQL duration with millisecond precision: ``30.0`` -> ``"30s"``,
+    ``1.5`` -> ``"1500ms"``.
+
+    Whole seconds are written in ``s``, anything else in ``ms``. Raises :class:`ConfigError` for a
+    value that is not finite or rounds to less than one millisecond.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        raise ConfigError(f"a PromQL duration must be a finite number of seconds, got {seconds!r}")
+    millis = round(seconds * 1000)
+    if millis < 1:
+        raise ConfigError(f"a PromQL duration must be at least 1ms, got {seconds!r} seconds")
+    if millis % 1000 == 0:
+        return f"{millis // 1000}s"
+    return f"{millis}ms"
+
+
+def tag_series(expr: str, label: str, value: str) -> str:
+    """Add the label ``label="value"`` to every series of ``expr``.
+
+    Returns ``label_replace((expr), "label", "value", "", "")``: the empty source label always matches the
+    empty regex, so the destination label is set unconditionally.
+    """
+    validate_label_name(label)
+    return f'label_replace(({expr}), {quote_label_value(label)}, {quote_label_value(value)}, "", "")'
+
+
+def union(exprs: Sequence[str]) -> str:
+    """Combine expressions with ``or``: ``["a", "b"]`` -> ``"(a) or (b)"``.
+
+    Raises :class:`ConfigError` for an empty sequence.
+    """
+    if isinstance(exprs, str):
+        raise ConfigError("union() takes a sequence of PromQL expressions, not a single string")
+    if not exprs:
+        raise ConfigError("union() needs at least one PromQL expression")
+    return " or ".join(f"({expr})" for expr in exprs)
+
+
+def regex_alternation(names: Sequence[str]) -> str:
+    """Quoted RE2 alternation of metric names for a ``{__name__=~...}`` matcher: ``"a|b|c"``.
+
+    Every name is validated as a metric name and regex-escaped. Raises :class:`ConfigError` for an empty
+    sequence or an invalid name.
+    """
+    if isinstance(names, str):
+        raise ConfigError("regex_alternation() takes a sequence of metric names, not a single string")
+    if not names:
+        raise ConfigError("regex_alternation() needs at least one metric name")
+    escaped = ("".join(f"\\{c}" if c in _RE2_SPECIAL else c for c in validate_metric_name(n)) for n in names)
+    return quote_label_value("|".join(escaped))

@@ -1,0 +1,201 @@
+"""StepMetricReader: an OpenTelemetry MetricReader that collects at training-step boundaries.
+
+At a boundary it takes the SDK's own instruments (in memory, fast: done on the training thread) and, later on the
+delivery worker, every producer's readings for the step's window, and hands one ``MetricsData`` to its exporter. The
+Python SDK has no MetricProducer yet, so :class:`MetricProducer` is the OTel spec's interface with the step window
+added.
+
+Each ``MetricsData`` carries the window itself as the scope ``otel_bridge.window`` (metric ``otel_bridge.step``: value
+= step, ``start_time_unix_nano`` = window start or 0, ``time_unix_nano`` = window end), so an exporter needs nothing
+else to place the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from opentelemetry.sdk.metrics import Histogram
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Metric,
+    MetricExporter,
+    MetricReader,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_bridge.errors import OtelBridgeError
+from otel_bridge.health import INFRA_UNAVAILABLE, Health
+from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.window import StepWindow
+
+_log = logging.getLogger(__name__)
+
+WINDOW_SCOPE = "otel_bridge.window"
+INFRA_SCOPE = "otel_bridge.infrastructure"
+TRAINER_SCOPE = "otel_bridge.trainer"
+HEALTH_SCOPE = "otel_bridge.health"
+STEP_METRIC = "otel_bridge.step"
+STAT_ATTRIBUTE = "otel_bridge.stat"
+
+
+@runtime_checkable
+class MetricProducer(Protocol):
+    """The OTel spec's MetricProducer, per step window: metrics describing what happened during ``window``."""
+
+    def produce(self, window: StepWindow) -> Sequence[Metric]:
+        """Return the metrics for ``window``. May block on the network: it runs on the delivery worker."""
+        ...
+
+
+@runtime_checkable
+class ProducerLifecycle(Protocol):
+    """Optional hooks of a producer: start-up checks, boundary notifications, shutdown."""
+
+    def start(self) -> None:
+        """Validate and connect (raise a typed error on configuration problems)."""
+        ...
+
+    def on_boundary(self, t: float) -> None:
+        """A step boundary happened at unix time ``t`` (called on the training thread: must not block)."""
+        ...
+
+    def close(self) -> None:
+        """Release threads and connections."""
+        ...
+
+
+def _ns(t: float | None) -> int:
+    return 0 if t is None else round(t * 1e9)
+
+
+def gauge_metric(name: str, points: Sequence[tuple[Mapping[str, Any], float]], window: StepWindow) -> Metric:
+    """An OTel ``Metric`` holding gauge points stamped with the window (start = window start, time = window end)."""
+    return Metric(
+        name=name,
+        description="",
+        unit="",
+        data=Gauge(
+            data_points=[
+                NumberDataPoint(
+                    attributes=dict(attributes),
+                    start_time_unix_nano=_ns(window.start),
+                    time_unix_nano=_ns(window.end),
+                    value=value,
+                )
+                for attributes, value in points
+            ]
+        ),
+    )
+
+
+class StepMetricReader(MetricReader):
+    """Collects the SDK's instruments and every producer at step boundaries and exports one MetricsData per step."""
+
+    def __init__(
+        self,
+        exporter: MetricExporter,
+        producers: Sequence[MetricProducer] = (),
+        *,
+        health: Health | None = None,
+        resource: Resource | None = None,
+        warn_interval_s: float = 60.0,
+    ) -> None:
+        super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+        self._exporter = exporter
+        self._producers = list(producers)
+        self._health = health or Health()
+        self._resource = resource or Resource.create({})
+        self._lock = threading.Lock()
+        self._received: MetricsData | None = None
+        self._warn = RateLimitedLogger(_log, warn_interval_s)
+
+    @property
+    def producers(self) -> list[MetricProducer]:
+        """The registered producers."""
+        return list(self._producers)
+
+    def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
+        self._received = metrics_data
+
+    def snapshot_instruments(self) -> list[ResourceMetrics]:
+        """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet."""
+        with self._lock:
+            self._received = None
+            self.collect()
+            received, self._received = self._received, None
+        return list(received.resource_metrics) if received is not None else []
+
+    def assemble(
+        self,
+        window: StepWindow,
+        instruments: Sequence[ResourceMetrics] = (),
+        trainer_values: Mapping[str, float] | None = None,
+    ) -> MetricsData:
+        """One MetricsData for ``window``: window, instrument snapshot, trainer values, producers, health."""
+        scopes = [
+            ScopeMetrics(
+                scope=InstrumentationScope(WINDOW_SCOPE),
+                metrics=[gauge_metric(STEP_METRIC, [({}, float(window.step))], window)],
+                schema_url="",
+            )
+        ]
+        if trainer_values:
+            metrics = [gauge_metric(key, [({}, float(value))], window) for key, value in trainer_values.items()]
+            scopes.append(ScopeMetrics(scope=InstrumentationScope(TRAINER_SCOPE), metrics=metrics, schema_url=""))
+        infra = self._produce(window)
+        if infra:
+            scopes.append(ScopeMetrics(scope=InstrumentationScope(INFRA_SCOPE), metrics=infra, schema_url=""))
+        health = [
+            gauge_metric(name, [(dict(labels), value)], window) for name, labels, value in self._health.snapshot()
+        ]
+        if health:
+            scopes.append(ScopeMetrics(scope=InstrumentationScope(HEALTH_SCOPE), metrics=health, schema_url=""))
+        own = ResourceMetrics(resource=self._resource, scope_metrics=scopes, schema_url="")
+        return MetricsData(resource_metrics=[own, *instruments])
+
+    def _produce(self, window: StepWindow) -> list[Metric]:
+        metrics: list[Metric] = []
+        failed = 0
+        for producer in self._producers:
+            name = type(producer).__name__
+            try:
+                metrics.extend(producer.produce(window))
+            except OtelBridgeError as exc:
+                failed += 1
+                self._warn.warning(
+                    f"produce:{name}",
+                    "step %d: %s failed, its metrics are missing: %s",
+                    window.step,
+                    name,
+                    exc,
+                )
+            except Exception:  # noqa: BLE001 - a producer bug must not stop the trainer's metrics from being delivered
+                failed += 1
+                if self._warn.error(f"produce-bug:{name}", "step %d: %s raised unexpectedly", window.step, name):
+                    _log.exception("traceback of the %s failure", name)
+        self._health.set(INFRA_UNAVAILABLE, float(failed))
+        return metrics
+
+    def export_window(
+        self,
+        window: StepWindow,
+        instruments: Sequence[ResourceMetrics] = (),
+        trainer_values: Mapping[str, float] | None = None,
+    ) -> MetricsData:
+        """Assemble the step's MetricsData and hand it to the exporter."""
+        data = self.assemble(window, instruments, trainer_values)
+        self._exporter.export(data)
+        return data
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Shut the exporter down (closes the tracker backends)."""
+        self._exporter.shutdown(timeout_millis=timeout_millis)

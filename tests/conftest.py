@@ -1,0 +1,59 @@
+"""Shared fixtures: simulated vLLM servers and a real Prometheus scraping them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from otel_bridge.simulation.http import MetricsHTTPServer
+from otel_bridge.simulation.vllm import VLLMSimulator
+from tests.helpers.prometheus_server import PrometheusServer
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "vllm"
+
+
+class Replica:
+    """One simulated vLLM server: the simulator and the HTTP server exposing it."""
+
+    def __init__(self, model_name: str = "tiny") -> None:
+        self.sim = VLLMSimulator(model_name=model_name, engine="0")
+        self.server = MetricsHTTPServer(self.sim.exposition)
+        self.server.start()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def hostport(self) -> str:
+        return self.url.split("//", 1)[1].split("/", 1)[0]
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+@pytest.fixture
+def replicas() -> Iterator[list[Replica]]:
+    """Two simulated vLLM replicas with identical labels (as a real deployment has)."""
+    started: list[Replica] = []
+    try:
+        for _ in range(2):
+            started.append(Replica())
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, replicas: list[Replica]) -> Iterator[PrometheusServer]:
+    """A real Prometheus scraping both replicas every second."""
+    server = PrometheusServer(tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0)
+    try:
+        server.start()
+        server.wait_for_samples("vllm:generation_tokens_total", count=2)
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,107 @@
+"""Bad input at start-up: a typed error whose message names the cause, and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge import (
+    Bridge,
+    ConfigError,
+    PrometheusResponseError,
+    PrometheusUnreachableError,
+    ResponseTooLargeError,
+)
+from tests.helpers.http_servers import (
+    Response,
+    ScriptedHTTPServer,
+    free_port,
+    html_response,
+    prom_error,
+    prom_vector,
+)
+
+
+def config_for(url: str, tmp_path: Path, **prometheus: Any) -> dict[str, Any]:
+    return {
+        "prometheus": {"url": url, "retries": 0, "timeout_s": 2, **prometheus},
+        "metrics": [{"name": "vllm:num_requests_running", "type": "gauge"}],
+        "run": {"name": "errors", "dir": str(tmp_path)},
+    }
+
+
+@pytest.fixture(autouse=True)
+def no_threads_left_behind() -> Iterator[None]:
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    leftover = [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("otel-bridge")]
+    assert not leftover, f"threads left running after a failed start: {leftover}"
+
+
+def test_unreachable_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(PrometheusUnreachableError) as info:
+        Bridge.from_config(config_for(url, tmp_path))
+    message = str(info.value)
+    assert "cannot reach Prometheus" in message
+    assert url in message
+
+
+def test_non_json_body(tmp_path: Path) -> None:
+    with ScriptedHTTPServer(lambda r: Response(200, b"this is not json", {"Content-Type": "text/plain"})) as server:
+        with pytest.raises(PrometheusResponseError) as info:
+            Bridge.from_config(config_for(server.url, tmp_path))
+    message = str(info.value)
+    assert "not JSON" in message or "not valid JSON" in message, message
+    assert "this is not json" in message
+
+
+def test_html_error_page(tmp_path: Path) -> None:
+    page = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+    with ScriptedHTTPServer(lambda r: html_response(page, status=502)) as server:
+        with pytest.raises(PrometheusResponseError) as info:
+            Bridge.from_config(config_for(server.url, tmp_path))
+    message = str(info.value)
+    assert "HTML" in message
+    assert "502" in message
+
+
+def test_bad_data_error_names_prometheus_error(tmp_path: Path) -> None:
+    def handler(request: Any) -> Response:
+        return prom_error("bad_data", 'parse error at char 7: unexpected "}"', status=400)
+
+    with ScriptedHTTPServer(handler) as server:
+        with pytest.raises(ConfigError) as info:
+            Bridge.from_config(config_for(server.url, tmp_path))
+    message = str(info.value)
+    assert "bad_data" in message
+    assert 'parse error at char 7: unexpected "}"' in message
+
+
+def test_oversized_body(tmp_path: Path) -> None:
+    big = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}, "pad": "x" * 5000})
+    with ScriptedHTTPServer(lambda r: Response(200, big.encode(), {"Content-Type": "application/json"})) as server:
+        with pytest.raises(ResponseTooLargeError) as info:
+            Bridge.from_config(config_for(server.url, tmp_path, max_response_bytes=1000))
+    assert "1000" in str(info.value)
+    assert "max_response_bytes" in str(info.value)
+
+
+def test_unknown_config_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        Bridge.from_config({"prometheus": {"url": "http://127.0.0.1:9090", "timout_s": 3}})
+    message = str(info.value)
+    assert "unknown key 'prometheus.timout_s'" in message
+    assert "timeout_s" in message.split("allowed keys here:")[1]
+
+
+def test_a_valid_answer_starts(tmp_path: Path) -> None:
+    with ScriptedHTTPServer(lambda r: prom_vector([])) as server:
+        bridge = Bridge.from_config(config_for(server.url, tmp_path))
+        bridge.close()
+    assert server.requests, "start-up must validate the configured queries against Prometheus"

@@ -83,10 +83,16 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     if args.steps < 1:
         raise SystemExit("otel-bridge demo: --steps must be at least 1")
 
+    interactive = out.isatty()
+
     def progress(step: int) -> None:
-        if not args.quiet:
+        if args.quiet:
+            return
+        if interactive:
             out.write(f"\rstep {step + 1}/{args.steps}")
             out.flush()
+        elif (step + 1) % 5 == 0 or step + 1 == args.steps:
+            out.write(f"step {step + 1}/{args.steps}\n")
 
     result = run_demo(
         steps=args.steps,

@@ -11,6 +11,7 @@ Hierarchy::
     │   └── ResponseTooLargeError        the body exceeded the configured cap
     ├── ScrapeError                 reading a ``/metrics`` endpoint
     ├── ExpositionParseError        text exposition that cannot be parsed
+    ├── DiscoveryError              Prometheus / scrape targets could not be found (lists what was tried)
     ├── BackendError                a tracker backend failed
     ├── StepOrderError              steps logged out of order, or to a step already recorded
     ├── DeliveryTimeoutError        a step's record was not delivered in time
@@ -84,6 +85,16 @@ class ScrapeError(OtelBridgeError):
 
 class ExpositionParseError(OtelBridgeError, ValueError):
     """Prometheus text exposition that cannot be parsed."""
+
+
+class DiscoveryError(OtelBridgeError):
+    """Discovery found nothing usable. ``tried`` lists each source tried and what it found."""
+
+    def __init__(self, message: str, *, tried: list[str] | None = None) -> None:
+        self.tried = list(tried or [])
+        if self.tried:
+            message += "\ntried, in order:\n  - " + "\n  - ".join(self.tried)
+        super().__init__(message)
 
 
 class BackendError(OtelBridgeError):

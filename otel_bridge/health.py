@@ -24,6 +24,7 @@ class Health:
         self._lock = threading.Lock()
         self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.count(NONFINITE_VALUES, 0.0)
 
     def count(self, name: str, amount: float = 1.0, labels: Mapping[str, str] | None = None) -> None:
         """Add ``amount`` to a cumulative counter."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,23 @@ class Replica:
 
     def __init__(self, model_name: str = "tiny") -> None:
         self.sim = VLLMSimulator(model_name=model_name, engine="0")
-        self.server = MetricsHTTPServer(self.sim.exposition)
+        self.scrapes = 0
+        self._scraped = threading.Condition()
+        self.server = MetricsHTTPServer(self._render)
         self.server.start()
+
+    def _render(self) -> bytes:
+        body = self.sim.exposition()
+        with self._scraped:
+            self.scrapes += 1
+            self._scraped.notify_all()
+        return body
+
+    def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
+        """Block until the endpoint has served ``count`` scrapes in all (fails after ``timeout_s``)."""
+        with self._scraped:
+            if not self._scraped.wait_for(lambda: self.scrapes >= count, timeout_s):
+                raise AssertionError(f"{self.url} served {self.scrapes} scrapes, expected {count}")
 
     @property
     def url(self) -> str:

@@ -73,6 +73,8 @@ class TrackerExporter(MetricExporter):
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._lock = threading.Lock()
         self._closed = False
+        for backend in self._backends:
+            self._health.count(BACKEND_ERRORS, 0.0, labels={"backend": backend.name})
 
     @property
     def backends(self) -> list[Backend]:

@@ -62,6 +62,7 @@ class PromQLProducer:
         self._lookback_s = 2.0 * scrape_interval_s
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
+        self._health.count(QUERY_ERRORS, 0.0)
 
     @property
     def queries(self) -> list[MetricQuery]:

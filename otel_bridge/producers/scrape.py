@@ -78,6 +78,8 @@ class ScrapeProducer:
         self._produce_timeout_s = produce_timeout_s
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
+        for instance in self._instances.values():
+            self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
         self._pool = ThreadPoolExecutor(
             max_workers=min(32, len(self._endpoints)), thread_name_prefix="otel-bridge-scrape"
         )

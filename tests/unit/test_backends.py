@@ -46,9 +46,7 @@ def make_records(count: int = 50, first_step: int = 1) -> list[StepRecord]:
         if step % 5 == 0:
             values["rollout/vllm/time_to_first_token_seconds/p99"] = 0.123456789 * step
         records.append(
-            StepRecord(
-                step=step, values=values, time=T0 + 10.0 * step, window_start=window_start, notes=notes
-            )
+            StepRecord(step=step, values=values, time=T0 + 10.0 * step, window_start=window_start, notes=notes)
         )
     return records
 
@@ -267,9 +265,7 @@ def test_tensorboard_skips_values_beyond_float32_with_one_warning(
     try:
         with caplog.at_level(logging.WARNING, logger="otel_bridge.exporters.backends.tensorboard"):
             for step in (1, 2):
-                backend.write(
-                    StepRecord(step=step, values={"big": 1e300, "ok": 2.0}, time=T0, window_start=None)
-                )
+                backend.write(StepRecord(step=step, values={"big": 1e300, "ok": 2.0}, time=T0, window_start=None))
         scalars = read_scalars(tmp_path / "tb")
     finally:
         backend.close()

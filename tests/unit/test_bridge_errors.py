@@ -53,9 +53,11 @@ def test_unreachable_url(tmp_path: Path) -> None:
 
 
 def test_non_json_body(tmp_path: Path) -> None:
-    with ScriptedHTTPServer(lambda r: Response(200, b"this is not json", {"Content-Type": "text/plain"})) as server:
-        with pytest.raises(PrometheusResponseError) as info:
-            Bridge.from_config(config_for(server.url, tmp_path))
+    with (
+        ScriptedHTTPServer(lambda r: Response(200, b"this is not json", {"Content-Type": "text/plain"})) as server,
+        pytest.raises(PrometheusResponseError) as info,
+    ):
+        Bridge.from_config(config_for(server.url, tmp_path))
     message = str(info.value)
     assert "not JSON" in message or "not valid JSON" in message, message
     assert "this is not json" in message
@@ -63,9 +65,11 @@ def test_non_json_body(tmp_path: Path) -> None:
 
 def test_html_error_page(tmp_path: Path) -> None:
     page = "<html><body><h1>502 Bad Gateway</h1></body></html>"
-    with ScriptedHTTPServer(lambda r: html_response(page, status=502)) as server:
-        with pytest.raises(PrometheusResponseError) as info:
-            Bridge.from_config(config_for(server.url, tmp_path))
+    with (
+        ScriptedHTTPServer(lambda r: html_response(page, status=502)) as server,
+        pytest.raises(PrometheusResponseError) as info,
+    ):
+        Bridge.from_config(config_for(server.url, tmp_path))
     message = str(info.value)
     assert "HTML" in message
     assert "502" in message
@@ -75,9 +79,8 @@ def test_bad_data_error_names_prometheus_error(tmp_path: Path) -> None:
     def handler(request: Any) -> Response:
         return prom_error("bad_data", 'parse error at char 7: unexpected "}"', status=400)
 
-    with ScriptedHTTPServer(handler) as server:
-        with pytest.raises(ConfigError) as info:
-            Bridge.from_config(config_for(server.url, tmp_path))
+    with ScriptedHTTPServer(handler) as server, pytest.raises(ConfigError) as info:
+        Bridge.from_config(config_for(server.url, tmp_path))
     message = str(info.value)
     assert "bad_data" in message
     assert 'parse error at char 7: unexpected "}"' in message
@@ -85,9 +88,11 @@ def test_bad_data_error_names_prometheus_error(tmp_path: Path) -> None:
 
 def test_oversized_body(tmp_path: Path) -> None:
     big = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}, "pad": "x" * 5000})
-    with ScriptedHTTPServer(lambda r: Response(200, big.encode(), {"Content-Type": "application/json"})) as server:
-        with pytest.raises(ResponseTooLargeError) as info:
-            Bridge.from_config(config_for(server.url, tmp_path, max_response_bytes=1000))
+    with (
+        ScriptedHTTPServer(lambda r: Response(200, big.encode(), {"Content-Type": "application/json"})) as server,
+        pytest.raises(ResponseTooLargeError) as info,
+    ):
+        Bridge.from_config(config_for(server.url, tmp_path, max_response_bytes=1000))
     assert "1000" in str(info.value)
     assert "max_response_bytes" in str(info.value)
 

@@ -1,0 +1,29 @@
+"""Simulated rollout servers for the demo and for tests: vLLM's exact ``/metrics`` driven by a known script.
+
+Names are imported lazily so that ``python -m otel_bridge.simulation.vllm`` does not import its own module twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from otel_bridge.simulation.http import MetricsHTTPServer
+    from otel_bridge.simulation.vllm import SimulatedWorkload, VLLMFamilySpec, VLLMSimulator, vllm_family_specs
+
+__all__ = ["MetricsHTTPServer", "SimulatedWorkload", "VLLMFamilySpec", "VLLMSimulator", "vllm_family_specs"]
+
+_MODULES = {
+    "MetricsHTTPServer": "otel_bridge.simulation.http",
+    "SimulatedWorkload": "otel_bridge.simulation.vllm",
+    "VLLMFamilySpec": "otel_bridge.simulation.vllm",
+    "VLLMSimulator": "otel_bridge.simulation.vllm",
+    "vllm_family_specs": "otel_bridge.simulation.vllm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULES[name]), name)

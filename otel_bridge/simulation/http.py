@@ -1,0 +1,111 @@
+"""A tiny ``/metrics`` HTTP server on a background thread, serving whatever a callable renders."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+_POLL_INTERVAL_S: Final = 0.05  # how often serve_forever checks for shutdown: bounds stop() latency
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], render: Callable[[], bytes]) -> None:
+        super().__init__(address, _Handler)
+        self.render = render
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != "/metrics":
+            self._send(404, b"not found: this server only serves /metrics\n", "text/plain; charset=utf-8")
+            return
+        try:
+            body = self.server.render()
+        except Exception:  # a failing render must answer 500, not kill the handler thread silently
+            logger.exception("rendering /metrics failed")
+            self._send(500, b"rendering /metrics failed\n", "text/plain; charset=utf-8")
+            return
+        self._send(200, body, CONTENT_TYPE)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s - " + format, self.address_string(), *args)
+
+
+class MetricsHTTPServer:
+    """Serves ``render()`` at ``GET /metrics`` (404 elsewhere) from a daemon thread.
+
+    ``port=0`` picks a free port; :attr:`url` tells which. Use as a context manager, or call :meth:`start` and
+    :meth:`stop` (prompt: it returns once the serving thread has exited and the socket is closed). After
+    :meth:`stop`, :meth:`start` serves again on the same port, which simulates an endpoint going down and up.
+    """
+
+    def __init__(self, render: Callable[[], bytes], host: str = "127.0.0.1", port: int = 0) -> None:
+        self._render = render
+        self._host = host
+        self._port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one before the first :meth:`start`)."""
+        return self._server.server_address[1] if self._server is not None else self._port
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT/metrics``; call after :meth:`start` when the port was 0."""
+        return f"http://{self._host}:{self.port}/metrics"
+
+    def start(self) -> MetricsHTTPServer:
+        """Bind and start serving; returns ``self``. Raises ``OSError`` if the port cannot be bound."""
+        if self._server is not None:
+            raise RuntimeError(f"MetricsHTTPServer at {self.url} is already started; call stop() first")
+        server = _Server((self._host, self._port), self._render)
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": _POLL_INTERVAL_S},
+            name=f"metrics-http-{server.server_address[1]}",
+            daemon=True,
+        )
+        self._server, self._thread = server, thread
+        thread.start()
+        logger.debug("serving %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket. Idempotent."""
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        self._port = server.server_address[1]  # a later start() serves on the same port again
+        self._server = self._thread = None
+        logger.debug("stopped %s", self.url)
+
+    def __enter__(self) -> MetricsHTTPServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

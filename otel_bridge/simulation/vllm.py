@@ -1,0 +1,415 @@
+"""A simulated vLLM 0.32 rollout server: vLLM's exact ``/metrics`` families driven by a known script.
+
+:class:`VLLMSimulator` exposes every ``vllm:`` family of a real vLLM 0.32.0 capture (names, types, HELP texts,
+label names, fixed label values, histogram buckets; table in ``data/vllm_0_32_metrics.json``) through a private
+``prometheus_client`` registry, so ``_total`` counters and ``_created`` gauges are rendered exactly as vLLM
+renders them. Tests drive it request by request (:meth:`VLLMSimulator.complete_request`) and know the truth
+(:meth:`VLLMSimulator.totals`); :class:`SimulatedWorkload` drives it with a seeded random load for the demo.
+
+Run as a separate process (for tests that kill and restart a rollout server)::
+
+    python -m otel_bridge.simulation.vllm --port 0 [--model tiny] [--workload]
+
+which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import logging
+import math
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from types import FrameType, MappingProxyType
+from typing import Any, Final
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from otel_bridge.simulation.http import MetricsHTTPServer
+
+logger = logging.getLogger(__name__)
+
+_TABLE_RESOURCE: Final = "data/vllm_0_32_metrics.json"
+FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
+_VARIABLE_LABELS: Final = ("engine", "model_name")
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMFamilySpec:
+    """One ``vllm:`` family as vLLM 0.32 exposes it.
+
+    ``name`` is the ``# TYPE`` name (counters with ``_total``). ``fixed_labels`` maps each label other than
+    ``engine``/``model_name`` to its values in vLLM's creation order; ``constant_labels`` are the single-valued
+    labels of ``vllm:cache_config_info``; ``buckets`` are the finite histogram bounds (``+Inf`` implied).
+    """
+
+    name: str
+    kind: str
+    help: str
+    labelnames: tuple[str, ...]
+    fixed_labels: Mapping[str, tuple[str, ...]]
+    constant_labels: Mapping[str, str]
+    buckets: tuple[float, ...]
+
+
+@functools.cache
+def vllm_family_specs() -> tuple[VLLMFamilySpec, ...]:
+    """Every ``vllm:`` family of the vLLM 0.32.0 capture, in exposition order (read from the package data)."""
+    table = json.loads(resources.files("otel_bridge.simulation").joinpath(_TABLE_RESOURCE).read_text(encoding="utf-8"))
+    return tuple(
+        VLLMFamilySpec(
+            name=entry["name"],
+            kind=entry["type"],
+            help=entry["help"],
+            labelnames=tuple(entry["labelnames"]),
+            fixed_labels=MappingProxyType({k: tuple(v) for k, v in entry.get("fixed_labels", {}).items()}),
+            constant_labels=MappingProxyType(dict(entry.get("constant_labels", {}))),
+            buckets=tuple(entry.get("buckets", ())),
+        )
+        for entry in table["families"]
+    )
+
+
+class _Instruments:
+    """One vLLM process lifetime: a fresh registry with every family created and zeroed, as at start-up."""
+
+    def __init__(self, model_name: str, engine: str) -> None:
+        self.registry = CollectorRegistry()
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            # prometheus_client's process/platform/GC families precede vLLM's in a real server's exposition.
+            self.registry.register(collector)
+        self._model_name = model_name
+        self._engine = engine
+        self._metrics: dict[str, Any] = {}
+        self._labelnames: dict[str, tuple[str, ...]] = {}
+        for spec in vllm_family_specs():
+            self._create(spec)
+
+    def _create(self, spec: VLLMFamilySpec) -> None:
+        metric: Any
+        if spec.kind == "counter":
+            metric = Counter(spec.name, spec.help, spec.labelnames, registry=self.registry)
+        elif spec.kind == "gauge":
+            metric = Gauge(spec.name, spec.help, spec.labelnames, registry=self.registry)
+        elif spec.kind == "histogram":
+            metric = Histogram(spec.name, spec.help, spec.labelnames, buckets=spec.buckets, registry=self.registry)
+        else:
+            raise ValueError(f"vLLM metric table entry {spec.name!r} has unsupported type {spec.kind!r}")
+        self._metrics[spec.name] = metric
+        self._labelnames[spec.name] = spec.labelnames
+        base = self._base_labels(spec.name)
+        if spec.constant_labels:
+            metric.labels(**base, **spec.constant_labels).set(1)
+            return
+        fixed_names = list(spec.fixed_labels)
+        for values in itertools.product(*(spec.fixed_labels[name] for name in fixed_names)):
+            fixed = dict(zip(fixed_names, values, strict=True))
+            child = metric.labels(**base, **fixed)  # creating the child exposes it at zero, as vLLM does
+            if fixed.get("sleep_state") == "awake":
+                child.set(1)
+
+    def _base_labels(self, name: str) -> dict[str, str]:
+        values = {"engine": self._engine, "model_name": self._model_name}
+        return {label: values[label] for label in _VARIABLE_LABELS if label in self._labelnames[name]}
+
+    def child(self, name: str, **labels: str) -> Any:
+        """The labelled child of family ``name`` for this engine and model."""
+        return self._metrics[name].labels(**self._base_labels(name), **labels)
+
+
+class VLLMSimulator:
+    """vLLM 0.32's ``/metrics`` for one engine of one served model, updated by explicit, thread-safe calls."""
+
+    def __init__(self, model_name: str = "tiny", engine: str = "0") -> None:
+        self.model_name = model_name
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._instruments = _Instruments(model_name, engine)
+
+    def complete_request(
+        self,
+        prompt_tokens: int,
+        generation_tokens: int,
+        ttft_s: float,
+        e2e_s: float,
+        queue_s: float,
+        itl_s: Sequence[float] | float,
+        cached_prompt_tokens: int = 0,
+        finished_reason: str = "length",
+        max_tokens: int | None = None,
+    ) -> None:
+        """Record one finished request as vLLM does.
+
+        ``itl_s`` is the inter-token latency: one value per generated token after the first, or a single float
+        used for each of them. Derived as in vLLM: decode time = sum of the inter-token latencies, prefill time =
+        ``ttft_s - queue_s``, inference time = prefill + decode, time per output token = decode /
+        (generation_tokens - 1). ``max_tokens`` (the request parameter) defaults to ``generation_tokens``.
+        Raises ``ValueError`` for impossible arguments.
+        """
+        itls = self._check_request(
+            prompt_tokens, generation_tokens, ttft_s, e2e_s, queue_s, itl_s, cached_prompt_tokens, finished_reason
+        )
+        max_tokens = generation_tokens if max_tokens is None else max_tokens
+        if max_tokens < generation_tokens:
+            raise ValueError(f"max_tokens={max_tokens} is below generation_tokens={generation_tokens}")
+        computed_tokens = prompt_tokens - cached_prompt_tokens
+        decode_s = math.fsum(itls)
+        prefill_s = max(ttft_s - queue_s, 0.0)
+        with self._lock:
+            m = self._instruments
+            m.child("vllm:prompt_tokens_total").inc(prompt_tokens)
+            m.child("vllm:prompt_tokens_by_source_total", source="local_compute").inc(computed_tokens)
+            m.child("vllm:prompt_tokens_by_source_total", source="local_cache_hit").inc(cached_prompt_tokens)
+            m.child("vllm:prompt_tokens_cached_total").inc(cached_prompt_tokens)
+            m.child("vllm:prompt_tokens_cached_by_source_total", source="device").inc(cached_prompt_tokens)
+            m.child("vllm:prefix_cache_queries_total").inc(prompt_tokens)
+            m.child("vllm:prefix_cache_hits_total").inc(cached_prompt_tokens)
+            m.child("vllm:generation_tokens_total").inc(generation_tokens)
+            m.child("vllm:request_success_total", finished_reason=finished_reason).inc()
+            m.child("vllm:request_prompt_tokens").observe(prompt_tokens)
+            m.child("vllm:request_generation_tokens").observe(generation_tokens)
+            m.child("vllm:request_max_num_generation_tokens").observe(max_tokens)
+            m.child("vllm:request_params_max_tokens").observe(max_tokens)
+            m.child("vllm:request_params_n").observe(1)
+            m.child("vllm:request_prefill_kv_computed_tokens").observe(computed_tokens)
+            m.child("vllm:request_num_preemptions").observe(0)
+            m.child("vllm:time_to_first_token_seconds").observe(ttft_s)
+            m.child("vllm:e2e_request_latency_seconds").observe(e2e_s)
+            m.child("vllm:request_queue_time_seconds").observe(queue_s)
+            m.child("vllm:request_prefill_time_seconds").observe(prefill_s)
+            m.child("vllm:request_decode_time_seconds").observe(decode_s)
+            m.child("vllm:request_inference_time_seconds").observe(prefill_s + decode_s)
+            tpot = decode_s / (generation_tokens - 1) if generation_tokens > 1 else 0.0
+            m.child("vllm:request_time_per_output_token_seconds").observe(tpot)
+            itl_child = m.child("vllm:inter_token_latency_seconds")
+            for itl in itls:
+                itl_child.observe(itl)
+            # Engine steps: the prefill step computes the prompt and samples the first token, then one token a step.
+            iteration = m.child("vllm:iteration_tokens_total")
+            if generation_tokens > 0 or computed_tokens > 0:
+                iteration.observe(computed_tokens + min(generation_tokens, 1))
+            for _ in range(generation_tokens - 1):
+                iteration.observe(1)
+
+    @staticmethod
+    def _check_request(
+        prompt_tokens: int,
+        generation_tokens: int,
+        ttft_s: float,
+        e2e_s: float,
+        queue_s: float,
+        itl_s: Sequence[float] | float,
+        cached_prompt_tokens: int,
+        finished_reason: str,
+    ) -> list[float]:
+        if prompt_tokens < 0 or generation_tokens < 0:
+            raise ValueError(f"token counts must be >= 0, got prompt={prompt_tokens} generation={generation_tokens}")
+        if not 0 <= cached_prompt_tokens <= prompt_tokens:
+            raise ValueError(f"cached_prompt_tokens={cached_prompt_tokens} must be within 0..{prompt_tokens}")
+        if finished_reason not in FINISHED_REASONS:
+            raise ValueError(f"finished_reason={finished_reason!r}; vLLM 0.32 uses one of {FINISHED_REASONS}")
+        gaps = max(generation_tokens - 1, 0)
+        itls = [float(itl_s)] * gaps if isinstance(itl_s, int | float) else [float(v) for v in itl_s]
+        if len(itls) != gaps:
+            raise ValueError(f"itl_s has {len(itls)} values; a {generation_tokens}-token generation has {gaps} gaps")
+        if min((ttft_s, e2e_s, queue_s, *itls)) < 0:
+            raise ValueError("latencies (ttft_s, e2e_s, queue_s, itl_s) must be >= 0")
+        return itls
+
+    def set_running(self, n: int) -> None:
+        """Set ``vllm:num_requests_running``."""
+        with self._lock:
+            self._instruments.child("vllm:num_requests_running").set(n)
+
+    def set_waiting(self, n: int) -> None:
+        """Set ``vllm:num_requests_waiting`` (all waiting for capacity, as in ``num_requests_waiting_by_reason``)."""
+        with self._lock:
+            self._instruments.child("vllm:num_requests_waiting").set(n)
+            self._instruments.child("vllm:num_requests_waiting_by_reason", reason="capacity").set(n)
+            self._instruments.child("vllm:num_requests_waiting_by_reason", reason="deferred").set(0)
+
+    def set_kv_cache_usage(self, frac: float) -> None:
+        """Set ``vllm:kv_cache_usage_perc`` (a fraction: 1 means 100 percent)."""
+        if not 0.0 <= frac <= 1.0:
+            raise ValueError(f"KV-cache usage is a fraction in [0, 1], got {frac}")
+        with self._lock:
+            self._instruments.child("vllm:kv_cache_usage_perc").set(frac)
+
+    def preempt(self, n: int = 1) -> None:
+        """Count ``n`` preemptions in ``vllm:num_preemptions_total``."""
+        if n < 0:
+            raise ValueError(f"preempt(n) needs n >= 0, got {n}")
+        with self._lock:
+            self._instruments.child("vllm:num_preemptions_total").inc(n)
+
+    def restart(self) -> None:
+        """Simulate a vLLM process restart: counters and histograms back to zero, gauges reset, new ``_created``."""
+        instruments = _Instruments(self.model_name, self.engine)
+        with self._lock:
+            self._instruments = instruments
+        logger.debug("simulated vLLM engine %s of %s restarted", self.engine, self.model_name)
+
+    def exposition(self) -> bytes:
+        """The ``/metrics`` body, in the classic text format (what vLLM serves)."""
+        with self._lock:
+            return bytes(generate_latest(self._instruments.registry))
+
+    def totals(self) -> dict[str, float]:
+        """Current cumulative values: every ``vllm:`` counter (``_total`` sample, summed over its label values)
+        and every histogram's ``_count`` and ``_sum``, keyed by sample name."""
+        totals: dict[str, float] = {}
+        with self._lock:
+            families = list(self._instruments.registry.collect())
+        for family in families:
+            if not family.name.startswith("vllm:") or family.type not in ("counter", "histogram"):
+                continue
+            for sample in family.samples:
+                if sample.name.endswith(("_total", "_count", "_sum")):
+                    totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+        return totals
+
+
+class SimulatedWorkload:
+    """Drives a :class:`VLLMSimulator` from a daemon thread: about ``requests_per_s`` finished requests a second
+    with seeded random sizes and latencies, plus running/waiting/KV-cache gauges and occasional preemptions.
+
+    The sequence of requests depends only on ``rng_seed``; how many happen by a given time depends on the clock.
+    """
+
+    def __init__(
+        self, sim: VLLMSimulator, rng_seed: int = 0, requests_per_s: float = 10.0, max_tokens: int = 128
+    ) -> None:
+        if requests_per_s <= 0:
+            raise ValueError(f"requests_per_s must be > 0, got {requests_per_s}")
+        if max_tokens < 2:
+            raise ValueError(f"max_tokens must be >= 2, got {max_tokens}")
+        self._sim = sim
+        self._rng = random.Random(rng_seed)
+        self._interval_s = 1.0 / requests_per_s
+        self._max_tokens = max_tokens
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.requests = 0  # finished requests so far
+
+    @property
+    def requests_per_s(self) -> float:
+        """The request rate; may be changed while the workload runs."""
+        return 1.0 / self._interval_s
+
+    @requests_per_s.setter
+    def requests_per_s(self, value: float) -> None:
+        if value <= 0:
+            raise ValueError(f"requests_per_s must be > 0, got {value}")
+        self._interval_s = 1.0 / value
+
+    def start(self) -> SimulatedWorkload:
+        """Start the background thread; returns ``self``."""
+        if self._thread is not None:
+            raise RuntimeError("SimulatedWorkload is already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="vllm-sim-workload", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += self._interval_s
+            try:
+                self.step()
+            except ValueError:
+                logger.exception("simulated workload stopped on an invalid request")
+                return
+
+    def step(self) -> None:
+        """One tick: one finished request and fresh gauge values (also callable directly, without the thread)."""
+        rng = self._rng
+        prompt = rng.randint(8, 160)
+        cached = rng.randrange(0, prompt + 1, 16) if rng.random() < 0.6 else 0
+        truncated = rng.random() < 0.3
+        generation = self._max_tokens if truncated else rng.randint(2, self._max_tokens)
+        queue_s = rng.expovariate(1 / 0.02)
+        prefill_s = 0.004 + (prompt - cached) * 0.0002 * rng.lognormvariate(0.0, 0.3)
+        itls = [rng.lognormvariate(math.log(0.015), 0.3) for _ in range(generation - 1)]
+        ttft_s = queue_s + prefill_s
+        self._sim.complete_request(
+            prompt_tokens=prompt,
+            generation_tokens=generation,
+            ttft_s=ttft_s,
+            e2e_s=ttft_s + math.fsum(itls) + 0.001,
+            queue_s=queue_s,
+            itl_s=itls,
+            cached_prompt_tokens=cached,
+            finished_reason="length" if truncated else "stop",
+            max_tokens=self._max_tokens,
+        )
+        running = rng.randint(1, 16)
+        self._sim.set_running(running)
+        self._sim.set_waiting(rng.choice((0, 0, 0, 1, 2, 5)))
+        self._sim.set_kv_cache_usage(min(1.0, running * 0.05 + rng.random() * 0.1))
+        if rng.random() < 0.02:
+            self._sim.preempt()
+        self.requests += 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve a simulated vLLM ``/metrics`` until SIGTERM/SIGINT; print one ``serving URL`` line when ready."""
+    parser = argparse.ArgumentParser(prog="python -m otel_bridge.simulation.vllm", description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (the printed URL tells which)")
+    parser.add_argument("--model", default="tiny", help="model_name label value")
+    parser.add_argument("--engine", default="0", help="engine label value")
+    parser.add_argument("--workload", action="store_true", help="run a seeded background request load")
+    parser.add_argument("--seed", type=int, default=0, help="workload RNG seed")
+    parser.add_argument("--rps", type=float, default=10.0, help="workload requests per second")
+    args = parser.parse_args(argv)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    sim = VLLMSimulator(model_name=args.model, engine=args.engine)
+    workload = SimulatedWorkload(sim, rng_seed=args.seed, requests_per_s=args.rps) if args.workload else None
+    with MetricsHTTPServer(sim.exposition, host=args.host, port=args.port) as server:
+        if workload is not None:
+            workload.start()
+        try:
+            sys.stdout.write(f"serving {server.url}\n")
+            sys.stdout.flush()
+            stop.wait()
+        finally:
+            if workload is not None:
+                workload.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

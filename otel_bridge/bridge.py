@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -36,12 +35,12 @@ from typing import Any
 
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import ResourceMetrics
 from opentelemetry.sdk.resources import Resource
 
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import BridgeClosedError, DeliveryTimeoutError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.exporters.delivery import DeliveryStatus
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
@@ -51,17 +50,24 @@ from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
+from otel_bridge.step_queue import StepJob, StepQueue
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 _KEPT_RECORDS = 1000
 
 
-@dataclass(slots=True)
-class _Job:
-    window: StepWindow
-    instruments: list[ResourceMetrics]
-    values: dict[str, float] = field(default_factory=dict)
+@dataclass(frozen=True, slots=True)
+class DeliveryReport:
+    """What :meth:`Bridge.close` could deliver: per backend, and the steps never assembled."""
+
+    backends: tuple[DeliveryStatus, ...]
+    unassembled_steps: tuple[int, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Every step reached every backend."""
+        return not self.unassembled_steps and all(b.complete for b in self.backends)
 
 
 class Bridge:
@@ -70,20 +76,30 @@ class Bridge:
     Build it with :meth:`from_config`. Thread-safety: call ``step``/``log`` from one training thread.
     """
 
-    def __init__(self, config: BridgeConfig, *, producers: list[MetricProducer] | None = None) -> None:
+    def __init__(
+        self,
+        config: BridgeConfig,
+        *,
+        producers: list[MetricProducer] | None = None,
+        backends: Sequence[Backend] = (),
+    ) -> None:
         self.config = config
         self.run_dir = config.run.dir / (config.run.name or datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S"))
         self.health = Health()
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
-        backends = [create_backend(t.type, t.options(), self.run_dir) for t in config.trackers]
+        delivery = config.delivery
+        all_backends = [create_backend(t.type, t.options(), self.run_dir) for t in config.trackers] + list(backends)
         self._records: OrderedDict[int, StepRecord] = OrderedDict()
         self._records_cond = threading.Condition()
         self.exporter = TrackerExporter(
-            backends,
+            all_backends,
             infra_prefix=config.naming.infra_prefix,
             health=self.health,
             on_record=self._remember,
-            warn_interval_s=config.delivery.warn_interval_s,
+            warn_interval_s=delivery.warn_interval_s,
+            retries=delivery.backend_retries,
+            backoff_s=delivery.backend_backoff_s,
+            backend_queue_size=delivery.backend_queue_size,
         )
         try:
             self._producers = producers if producers is not None else self._build_producers()
@@ -103,7 +119,7 @@ class Bridge:
             self._close_producers()
             self.exporter.shutdown()
             raise
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.delivery.queue_size)
+        self._jobs = StepQueue(delivery.queue_size, delivery.max_block_s, health=self.health, warn=self._warn)
         self._worker = threading.Thread(target=self._deliver, name="otel-bridge-delivery", daemon=True)
         self._worker.start()
         self._open_step: int | None = None
@@ -111,6 +127,7 @@ class Bridge:
         self._last_step: int | None = None
         self._last_boundary: float | None = None
         self._closed = False
+        self._report: DeliveryReport | None = None
         _log.info(
             "otel-bridge: run %s, %d producer(s), trackers %s",
             self.run_dir,
@@ -119,13 +136,21 @@ class Bridge:
         )
 
     @classmethod
-    def from_config(cls, config: str | Path | Mapping[str, Any] | BridgeConfig | None = None) -> Bridge:
+    def from_config(
+        cls,
+        config: str | Path | Mapping[str, Any] | BridgeConfig | None = None,
+        *,
+        backends: Sequence[Backend] = (),
+    ) -> Bridge:
         """Build a bridge from a YAML path, a dict, a :class:`BridgeConfig` or nothing (defaults + env overrides).
+
+        ``backends`` adds backend objects of your own (anything with ``name``, ``write``, ``flush``, ``close``) to the
+        configured trackers.
 
         Raises :class:`~otel_bridge.errors.ConfigError` (or a Prometheus/scrape error) at once when the configuration
         cannot work: nothing is left running in that case.
         """
-        return cls(BridgeConfig.load(config))
+        return cls(BridgeConfig.load(config), backends=backends)
 
     def _build_producers(self) -> list[MetricProducer]:
         config = self.config
@@ -232,7 +257,7 @@ class Bridge:
             end = time.time()
             self._boundary(end)
             values, self._open_step, self._open_values = self._open_values, None, {}
-            self._enqueue(_Job(StepWindow(step, start, end), self.reader.snapshot_instruments(), values))
+            self._enqueue(StepJob(StepWindow(step, start, end), self.reader.snapshot_instruments(), values))
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record the trainer's metrics for ``step`` (verl's ``Tracking.log(data, step)`` shape).
@@ -253,7 +278,7 @@ class Bridge:
         self._check_new_step(step)
         end = time.time()
         self._boundary(end)
-        self._enqueue(_Job(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values))
+        self._enqueue(StepJob(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values))
 
     def _numbers(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
         values: dict[str, float] = {}
@@ -278,7 +303,7 @@ class Bridge:
             values[str(key)] = value
         return values
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: StepJob) -> None:
         self._last_step = job.window.step
         self._last_boundary = job.window.end
         self._jobs.put(job)
@@ -291,7 +316,7 @@ class Bridge:
             if job is None:
                 return
             try:
-                self.reader.export_window(job.window, job.instruments, job.values)
+                self.reader.export_window(job.window, job.instruments, job.values, produce=job.infra)
             except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
                 _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
 
@@ -321,32 +346,32 @@ class Bridge:
         with self._records_cond:
             return self._records.get(step)
 
-    def close(self, timeout_s: float | None = None) -> None:
-        """Deliver every pending step (up to ``timeout_s``, default ``delivery.close_timeout_s``), then shut down."""
+    def close(self, timeout_s: float | None = None) -> DeliveryReport:
+        """Deliver every pending step (up to ``timeout_s``, default ``delivery.close_timeout_s``), then shut down.
+
+        Returns what was delivered; anything that was not is also logged at ERROR. Closing twice returns the same
+        report.
+        """
         if self._closed:
-            return
+            assert self._report is not None
+            return self._report
         self._closed = True
         timeout = self.config.delivery.close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
-        try:
-            self._jobs.put(None, timeout=timeout)
-        except queue.Full:
-            _log.error("otel-bridge: delivery queue still full after %.0fs; pending steps are lost", timeout)
+        self._jobs.close()
         self._worker.join(max(0.0, deadline - time.monotonic()))
+        unassembled = self._jobs.drain_pending() if self._worker.is_alive() else []
         if self._worker.is_alive():
-            pending = []
-            with suppress(queue.Empty):
-                while True:
-                    job = self._jobs.get_nowait()
-                    if job is not None:
-                        pending.append(job.window.step)
             _log.error(
-                "otel-bridge: close() timed out after %.0fs; steps not delivered: %s",
+                "otel-bridge: close() timed out after %.0fs assembling steps; never delivered: %s",
                 timeout,
-                _ranges(pending) or "the one being delivered",
+                _ranges(unassembled) or "the step being assembled",
             )
         self._close_producers()
+        self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
         self.meter_provider.shutdown()
+        self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled))
+        return self._report
 
     def _close_producers(self) -> None:
         for producer in getattr(self, "_producers", []):

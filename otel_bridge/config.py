@@ -84,9 +84,14 @@ def _read_secret(what: str, env: str | None, file: Path | None, environ: Mapping
         return value.strip()
     if file is not None:
         try:
-            return file.read_text(encoding="utf-8").strip()
+            value = file.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read the {what} file {file}: {exc.strerror}; fix the path") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"the {what} file {file} is not UTF-8 text; fix its content") from None
+        if not value:
+            raise ConfigError(f"the {what} file {file} is empty: put the {what} in it")
+        return value
     return None
 
 
@@ -247,7 +252,17 @@ class RunConfig(_Model):
 class DeliveryConfig(_Model):
     """The worker that assembles and delivers step records off the training thread."""
 
-    queue_size: int = Field(1000, gt=0, description="Steps waiting for delivery before log()/step() blocks.")
+    queue_size: int = Field(100, gt=0, description="Steps waiting for assembly before step()/log() blocks.")
+    max_block_s: float = Field(
+        0.5,
+        ge=0,
+        description="Longest a full queue blocks step()/log() before old infrastructure readings are dropped.",
+    )
+    backend_retries: int = Field(3, ge=0, le=100, description="Retries of a failed write, per backend and record.")
+    backend_backoff_s: float = Field(0.5, ge=0, description="Exponential backoff base between write retries.")
+    backend_queue_size: int = Field(
+        10_000, gt=0, description="Records waiting per backend before the oldest is dropped."
+    )
     produce_timeout_s: float = Field(30.0, gt=0, description="Longest wait for one step's infrastructure readings.")
     close_timeout_s: float = Field(60.0, gt=0, description="Longest wait in close() for pending records.")
     warn_interval_s: float = Field(60.0, ge=0, description="Repeated warnings are logged at most this often.")
@@ -327,16 +342,17 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:
         return {}
-    data = dict(data)
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
-    return data
+    return {str(k): v for k, v in data.items()}
 
 
 def _deep_copy(value: Any) -> Any:

@@ -13,6 +13,8 @@ MISSING_METRICS = "otel_bridge/missing_metrics"
 QUERY_ERRORS = "otel_bridge/query_errors"
 SCRAPE_ERRORS = "otel_bridge/scrape_errors"
 BACKEND_ERRORS = "otel_bridge/backend_errors"
+BACKEND_DROPPED = "otel_bridge/backend_dropped"
+DROPPED_INFRA = "otel_bridge/dropped_infra_steps"
 NONFINITE_VALUES = "otel_bridge/nonfinite_values"
 INFRA_UNAVAILABLE = "otel_bridge/infra_unavailable"
 

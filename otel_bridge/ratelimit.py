@@ -32,6 +32,8 @@ class RateLimitedLogger:
             self._last[key] = now
             suppressed = self._suppressed.pop(key, 0)
         if suppressed:
+            if not args:
+                message = message.replace("%", "%%")
             message += " (repeated %d more times since last logged)"
             args = (*args, suppressed)
         self._logger.log(level, message, *args)

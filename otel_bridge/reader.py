@@ -45,6 +45,7 @@ TRAINER_SCOPE = "otel_bridge.trainer"
 HEALTH_SCOPE = "otel_bridge.health"
 STEP_METRIC = "otel_bridge.step"
 STAT_ATTRIBUTE = "otel_bridge.stat"
+INFRA_DROPPED_ATTRIBUTE = "otel_bridge.infra_dropped"
 
 
 @runtime_checkable
@@ -139,19 +140,26 @@ class StepMetricReader(MetricReader):
         window: StepWindow,
         instruments: Sequence[ResourceMetrics] = (),
         trainer_values: Mapping[str, float] | None = None,
+        *,
+        produce: bool = True,
     ) -> MetricsData:
-        """One MetricsData for ``window``: window, instrument snapshot, trainer values, producers, health."""
+        """One MetricsData for ``window``: window, instrument snapshot, trainer values, producers, health.
+
+        With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped) and the
+        window metric carries the attribute ``otel_bridge.infra_dropped``.
+        """
+        window_attributes = {} if produce else {INFRA_DROPPED_ATTRIBUTE: True}
         scopes = [
             ScopeMetrics(
                 scope=InstrumentationScope(WINDOW_SCOPE),
-                metrics=[gauge_metric(STEP_METRIC, [({}, float(window.step))], window)],
+                metrics=[gauge_metric(STEP_METRIC, [(window_attributes, float(window.step))], window)],
                 schema_url="",
             )
         ]
         if trainer_values:
             metrics = [gauge_metric(key, [({}, float(value))], window) for key, value in trainer_values.items()]
             scopes.append(ScopeMetrics(scope=InstrumentationScope(TRAINER_SCOPE), metrics=metrics, schema_url=""))
-        infra = self._produce(window)
+        infra = self._produce(window) if produce else []
         if infra:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(INFRA_SCOPE), metrics=infra, schema_url=""))
         health = [
@@ -190,9 +198,11 @@ class StepMetricReader(MetricReader):
         window: StepWindow,
         instruments: Sequence[ResourceMetrics] = (),
         trainer_values: Mapping[str, float] | None = None,
+        *,
+        produce: bool = True,
     ) -> MetricsData:
         """Assemble the step's MetricsData and hand it to the exporter."""
-        data = self.assemble(window, instruments, trainer_values)
+        data = self.assemble(window, instruments, trainer_values, produce=produce)
         self._exporter.export(data)
         return data
 

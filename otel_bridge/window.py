@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Final, Literal
 
 Sample = tuple[float, float]
@@ -70,7 +71,7 @@ def quantile_of(stat: str) -> float | None:
     match = _QUANTILE_STAT.match(stat)
     if match is None:
         return None
-    q = float(match.group(1)) / 100.0
+    q = float(Decimal(match.group(1)) / 100)
     return q if 0.0 < q < 1.0 else None
 
 
@@ -107,7 +108,8 @@ def baseline(samples: Sequence[Sample], window: StepWindow) -> Sample | None:
     found: Sample | None = None
     for sample in samples:
         if sample[0] <= window.start:
-            found = sample
+            if not math.isnan(sample[1]):
+                found = sample
         else:
             break
     return found
@@ -137,8 +139,8 @@ def counter_increase(samples: Sequence[Sample], window: StepWindow) -> float | N
 def gauge_statistic(stat: str, samples: Sequence[Sample], window: StepWindow) -> float | None:
     """``last``/``min``/``max``/``mean`` of the gauge samples inside the window; ``None`` when there are none.
 
-    NaN samples are ignored unless every sample is NaN, in which case the result is NaN (as Prometheus'
-    ``*_over_time`` functions do).
+    NaN is handled as Prometheus' ``*_over_time`` functions do, so both paths agree: ``last`` is the last sample even
+    if NaN; ``min``/``max`` ignore NaN samples unless all are NaN; ``mean`` is NaN when any sample is.
     """
     values = [v for _, v in in_window(samples, window)]
     if not values:
@@ -153,7 +155,7 @@ def gauge_statistic(stat: str, samples: Sequence[Sample], window: StepWindow) ->
     if stat == "max":
         return max(finite)
     if stat == "mean":
-        return math.fsum(finite) / len(finite)
+        return math.nan if len(finite) < len(values) else math.fsum(finite) / len(finite)
     raise ValueError(f"unknown gauge statistic {stat!r}; allowed: {', '.join(GAUGE_STATS)}")
 
 
@@ -197,6 +199,8 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
         bucket_start = monotonic[index - 1][0]
         count -= monotonic[index - 1][1]
         rank -= monotonic[index - 1][1]
+    if count == 0:
+        return math.nan
     return bucket_start + (bucket_end - bucket_start) * (rank / count)
 
 

@@ -10,8 +10,10 @@ Flattening rules (all key rules live in :mod:`otel_bridge.exporters.naming`):
   histograms as ``/count``, ``/sum``, ``/mean``, ``/min``, ``/max`` of the step's observations.
 
 Non-finite values (NaN: e.g. a quantile of a step without observations) are left out of the record and counted in
-``otel_bridge/nonfinite_values``. Each backend is isolated: one that raises is counted in
-``otel_bridge/backend_errors/backend.<name>`` and logged (rate-limited) while the others still receive the record.
+``otel_bridge/nonfinite_values``. Each backend is written by its own
+:class:`~otel_bridge.exporters.delivery.BackendWorker` thread, in step order, with retries: one that fails or
+hangs is counted in ``otel_bridge/backend_errors/backend.<name>`` and logged (rate-limited) while the others still
+receive every record.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -34,12 +37,14 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus
 from otel_bridge.exporters.naming import KeyRegistry, infra_key, sanitize_key, trainer_key
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import (
     HEALTH_SCOPE,
+    INFRA_DROPPED_ATTRIBUTE,
     INFRA_SCOPE,
     STAT_ATTRIBUTE,
     STEP_METRIC,
@@ -50,10 +55,11 @@ from otel_bridge.reader import (
 _log = logging.getLogger(__name__)
 
 FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
+INFRA_DROPPED_NOTE = "infrastructure readings dropped: the delivery queue was full (see delivery.max_block_s)"
 
 
 class TrackerExporter(MetricExporter):
-    """Flattens each step's ``MetricsData`` to ``{key: float}`` and writes it to every backend, in step order."""
+    """Flattens each step's ``MetricsData`` to ``{key: float}`` and hands it to every backend's delivery thread."""
 
     def __init__(
         self,
@@ -63,9 +69,11 @@ class TrackerExporter(MetricExporter):
         health: Health | None = None,
         on_record: Callable[[StepRecord], None] | None = None,
         warn_interval_s: float = 60.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        backend_queue_size: int = 10_000,
     ) -> None:
         super().__init__()
-        self._backends = list(backends)
         self._prefix = infra_prefix
         self._health = health or Health()
         self._on_record = on_record
@@ -73,53 +81,63 @@ class TrackerExporter(MetricExporter):
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._lock = threading.Lock()
         self._closed = False
-        for backend in self._backends:
+        self._report: list[DeliveryStatus] | None = None
+        names = [b.name for b in backends]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tracker backends need distinct names, got {names}")
+        for backend in backends:
             self._health.count(BACKEND_ERRORS, 0.0, labels={"backend": backend.name})
+        self._workers = [
+            BackendWorker(
+                backend,
+                health=self._health,
+                retries=retries,
+                backoff_s=backoff_s,
+                queue_size=backend_queue_size,
+                warn=self._warn,
+            )
+            for backend in backends
+        ]
 
     @property
     def backends(self) -> list[Backend]:
         """The backends records are written to."""
-        return list(self._backends)
+        return [w.backend for w in self._workers]
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        """Flatten and write one step record. Returns FAILURE when any backend failed (the others got the record)."""
-        record = self.flatten(metrics_data)
-        ok = self.write(record)
-        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+        """Flatten one step's MetricsData and queue the record for every backend (no backend I/O here)."""
+        self.write(self.flatten(metrics_data))
+        return MetricExportResult.SUCCESS
 
-    def write(self, record: StepRecord) -> bool:
-        """Write ``record`` to every backend; returns whether all succeeded."""
-        ok = True
+    def write(self, record: StepRecord) -> None:
+        """Queue ``record`` for every backend, in step order."""
         with self._lock:
-            for backend in self._backends:
-                try:
-                    backend.write(record)
-                except Exception as exc:  # noqa: BLE001 - any backend failure is isolated, counted and logged
-                    ok = False
-                    self._health.count(BACKEND_ERRORS, labels={"backend": backend.name})
-                    self._warn.error(
-                        f"backend:{backend.name}",
-                        "tracker backend %r failed to write step %d: %s: %s",
-                        backend.name,
-                        record.step,
-                        type(exc).__name__,
-                        exc,
-                    )
+            if self._closed:
+                raise RuntimeError("TrackerExporter is shut down")
+            for worker in self._workers:
+                worker.submit(record)
         if self._on_record is not None:
             self._on_record(record)
-        return ok
+
+    def delivery_status(self) -> list[DeliveryStatus]:
+        """Per backend: written, given up on, still queued (the final report once shut down)."""
+        if self._report is not None:
+            return list(self._report)
+        return [w.status() for w in self._workers]
 
     def flatten(self, metrics_data: MetricsData) -> StepRecord:
         """The step record a ``MetricsData`` describes (see the module docstring for the key rules)."""
         step: int | None = None
         start: float | None = None
         end = 0.0
+        infra_dropped = False
         values: dict[str, float] = {}
         nonfinite = 0
         for scope_name, metric_name, point in _points(metrics_data):
             if scope_name == WINDOW_SCOPE:
                 if metric_name == STEP_METRIC and isinstance(point, NumberDataPoint):
                     step = int(point.value)
+                    infra_dropped = bool((point.attributes or {}).get(INFRA_DROPPED_ATTRIBUTE))
                     start = point.start_time_unix_nano / 1e9 if point.start_time_unix_nano else None
                     end = point.time_unix_nano / 1e9
                 continue
@@ -131,7 +149,7 @@ class TrackerExporter(MetricExporter):
         if step is None:
             raise ValueError(f"MetricsData has no {STEP_METRIC} metric in scope {WINDOW_SCOPE}: not a step collection")
         self._health.count(NONFINITE_VALUES, nonfinite)
-        notes = (FIRST_STEP_NOTE,) if start is None else ()
+        notes = ((FIRST_STEP_NOTE,) if start is None else ()) + ((INFRA_DROPPED_NOTE,) if infra_dropped else ())
         return StepRecord(step=step, values=values, time=end, window_start=start, notes=notes)
 
     def _keys_of(
@@ -161,28 +179,37 @@ class TrackerExporter(MetricExporter):
             yield source, _with_labels(trainer_key(metric_name), attributes), float(point.value)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        """Flush every backend."""
-        with self._lock:
-            for backend in self._backends:
-                try:
-                    backend.flush()
-                except Exception as exc:  # noqa: BLE001 - isolated like write()
-                    self._warn.error(
-                        f"flush:{backend.name}", "tracker backend %r failed to flush: %s", backend.name, exc
-                    )
-        return True
+        """Wait until every backend has written what it was given; ``False`` on timeout."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        return all([w.drain(deadline) for w in self._workers])
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        """Flush and close every backend (once)."""
+        """Deliver what is queued (until the timeout), close every backend, and log what was not delivered."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            for backend in self._backends:
-                try:
-                    backend.close()
-                except Exception as exc:  # noqa: BLE001 - isolated like write()
-                    _log.error("tracker backend %r failed to close: %s: %s", backend.name, type(exc).__name__, exc)
+        deadline = time.monotonic() + timeout_millis / 1000
+        for worker in self._workers:
+            worker.drain(deadline)
+        report = [w.stop(deadline) for w in self._workers]
+        self._report = report
+        for worker, status in zip(self._workers, report, strict=True):
+            if not status.complete:
+                _log.error(
+                    "tracker backend %r did not receive %d step(s): given up %s, still queued at close %s",
+                    status.backend,
+                    len(status.failed_steps) + len(status.pending_steps),
+                    list(status.failed_steps),
+                    list(status.pending_steps),
+                )
+            if not worker.stopped:
+                _log.error("tracker backend %r is still busy (hanging?); it is not closed", status.backend)
+                continue
+            try:
+                worker.backend.close()
+            except Exception as exc:  # noqa: BLE001 - one backend failing to close must not stop the others
+                _log.error("tracker backend %r failed to close: %s: %s", status.backend, type(exc).__name__, exc)
 
 
 def _with_labels(key: str, labels: Mapping[str, str]) -> str:

@@ -79,6 +79,8 @@ def resolve_metrics(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
                 )
             for entry in preset:
                 merged = {**entry, "by": list(config.by)}
+                if "agg" in config.model_fields_set and entry.get("type") == "gauge":
+                    merged["agg"] = config.agg
                 queries.append(_query(MetricConfig.model_validate(merged), index))
         else:
             queries.append(_query(config, index))
@@ -127,7 +129,13 @@ def _replace_deprecated(config: MetricConfig, index: int) -> MetricConfig:
         replacement_text(old),
     )
     kind = new.get("type")
-    if config.stats and "stats" not in new and kind is not None and all(is_valid_stat(kind, s) for s in config.stats):
+    if config.stats and "stats" not in new and kind is not None:
+        bad = [s for s in config.stats if not is_valid_stat(kind, s)]
+        if bad:
+            raise ConfigError(
+                f"metrics[{index}] {old} is replaced by {new['name']}, a {kind}: stats {bad} are not valid for it; "
+                f"allowed: {allowed_stats(kind)}"
+            )
         new["stats"] = list(config.stats)
     new.update({"by": list(config.by), "agg": config.agg, "labels": dict(config.labels)})
     if config.alias is not None:

@@ -1,7 +1,7 @@
 """Named metric sets with the right statistics, usable as ``- preset: vllm`` in config.
 
 Each preset is a list of :class:`~otel_bridge.config.MetricConfig`-shaped dicts. Deprecated vLLM names are mapped to
-their replacements by :data:`DEPRECATED_NAMES` (accepted with a warning, queried as the replacement).
+their replacements by :data:`DEPRECATED` (accepted with a warning, queried as the replacement).
 """
 
 from __future__ import annotations

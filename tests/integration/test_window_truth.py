@@ -1,7 +1,8 @@
 """Window statistics against a scripted truth, through both producers, with a vLLM restart mid-step.
 
 Two simulated replicas follow a script; the test keeps the truth (tokens generated, requests finished,
-time-to-first-token observations, gauge timeline) per step. A real Prometheus scrapes every 1 s; the scrape path samples every 0.25 s.
+time-to-first-token observations, gauge timeline) per step. A real Prometheus scrapes every 1 s; the scrape path
+samples every 0.25 s.
 
 Tolerances and why:
 - counter delta/rate, histogram count/mean, gauge last/max: exact. Every change happens at one instant with quiet

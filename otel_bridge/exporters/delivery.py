@@ -1,0 +1,168 @@
+"""Delivery to one backend on its own thread: in step order, retried with backoff, isolated from the others.
+
+Each backend gets a :class:`BackendWorker` with a FIFO of records. A failed write is retried with exponential backoff
+(``retries`` times) before the record is given up on; every failed attempt is counted in
+``otel_bridge/backend_errors/backend.<name>``. A slow or hanging backend only delays its own queue. When a queue is full
+(the backend has been down for a long time) its oldest record is dropped and counted in
+``otel_bridge/backend_dropped/backend.<name>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.record import StepRecord
+from otel_bridge.health import BACKEND_DROPPED, BACKEND_ERRORS, Health
+from otel_bridge.ratelimit import RateLimitedLogger
+
+_log = logging.getLogger(__name__)
+_MAX_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryStatus:
+    """What one backend received: records written, records given up on or dropped, records still queued."""
+
+    backend: str
+    delivered: int
+    failed_steps: tuple[int, ...]
+    pending_steps: tuple[int, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Every record handed to this backend was written."""
+        return not self.failed_steps and not self.pending_steps
+
+
+class BackendWorker:
+    """Writes records to one backend from a dedicated thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        health: Health,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        queue_size: int = 10_000,
+        warn: RateLimitedLogger | None = None,
+    ) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self._health = health
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._queue_size = queue_size
+        self._warn = warn or RateLimitedLogger(_log)
+        self._queue: deque[StepRecord] = deque()
+        self._cond = threading.Condition()
+        self._inflight: int | None = None
+        self._stopping = False
+        self._abandon = threading.Event()
+        self._delivered = 0
+        self._failed: list[int] = []
+        self._thread = threading.Thread(target=self._run, name=f"otel-bridge-backend-{self.name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: StepRecord) -> None:
+        """Queue ``record`` (never blocks; drops the oldest queued record when the queue is full)."""
+        with self._cond:
+            if len(self._queue) >= self._queue_size:
+                dropped = self._queue.popleft()
+                self._failed.append(dropped.step)
+                self._health.count(BACKEND_DROPPED, labels={"backend": self.name})
+                self._warn.error(
+                    f"dropped:{self.name}",
+                    "tracker backend %r is %d records behind; dropping step %d (raise delivery.backend_queue_size "
+                    "or fix the backend)",
+                    self.name,
+                    self._queue_size,
+                    dropped.step,
+                )
+            self._queue.append(record)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                record = self._queue.popleft()
+                self._inflight = record.step
+            ok = self._write_with_retries(record)
+            with self._cond:
+                self._inflight = None
+                if ok:
+                    self._delivered += 1
+                else:
+                    self._failed.append(record.step)
+                self._cond.notify_all()
+
+    def _write_with_retries(self, record: StepRecord) -> bool:
+        for attempt in range(self._retries + 1):
+            if self._abandon.is_set():
+                return False
+            try:
+                self.backend.write(record)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is counted, logged and retried
+                self._health.count(BACKEND_ERRORS, labels={"backend": self.name})
+                last = attempt == self._retries
+                self._warn.error(
+                    f"write:{self.name}",
+                    "tracker backend %r failed to write step %d (attempt %d of %d): %s: %s%s",
+                    self.name,
+                    record.step,
+                    attempt + 1,
+                    self._retries + 1,
+                    type(exc).__name__,
+                    exc,
+                    "; giving up on this step" if last else "; retrying",
+                )
+                if not last and self._abandon.wait(min(_MAX_BACKOFF_S, self._backoff_s * 2**attempt)):
+                    return False
+            else:
+                self._warn.forget(f"write:{self.name}")
+                return True
+        return False
+
+    def drain(self, deadline: float) -> bool:
+        """Wait until every queued record was handled or ``deadline`` (monotonic) passed; ``True`` when drained."""
+        with self._cond:
+            while self._queue or self._inflight is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def stop(self, deadline: float) -> DeliveryStatus:
+        """Drain until ``deadline``, then stop the thread (abandoning what is left) and report."""
+        self.drain(deadline)
+        with self._cond:
+            self._stopping = True
+            pending = tuple(r.step for r in self._queue)
+            if self._inflight is not None:
+                pending = (self._inflight, *pending)
+            self._queue.clear()
+            self._cond.notify_all()
+        self._abandon.set()
+        self._thread.join(max(0.1, deadline - time.monotonic()))
+        with self._cond:
+            return DeliveryStatus(self.name, self._delivered, tuple(self._failed), pending)
+
+    @property
+    def stopped(self) -> bool:
+        """The worker thread has ended (so the backend may be closed from another thread)."""
+        return not self._thread.is_alive()
+
+    def status(self) -> DeliveryStatus:
+        """Counts so far."""
+        with self._cond:
+            return DeliveryStatus(self.name, self._delivered, tuple(self._failed), tuple(r.step for r in self._queue))

@@ -4,7 +4,7 @@ Public API: :class:`Bridge`, :class:`BridgeConfig`, :class:`StepWindow`, :class:
 :class:`TrackerExporter`, :class:`MetricProducer`, the producers, and the typed errors.
 """
 
-from otel_bridge.bridge import Bridge
+from otel_bridge.bridge import Bridge, DeliveryReport, install
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import (
     BackendError,
@@ -36,6 +36,7 @@ __all__ = [
     "BridgeClosedError",
     "BridgeConfig",
     "ConfigError",
+    "DeliveryReport",
     "DeliveryTimeoutError",
     "ExpositionParseError",
     "MetricProducer",
@@ -54,4 +55,5 @@ __all__ = [
     "StepWindow",
     "TrackerExporter",
     "__version__",
+    "install",
 ]

@@ -35,15 +35,15 @@ from typing import Any
 
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.resources import Resource
 
 from otel_bridge.config import BridgeConfig
-from otel_bridge.errors import BridgeClosedError, DeliveryTimeoutError, StepOrderError
+from otel_bridge.errors import BridgeClosedError, ConfigError, DeliveryTimeoutError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend, create_backend
 from otel_bridge.exporters.delivery import DeliveryStatus
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
+from otel_bridge.meter_provider import build_extra_readers, build_resource
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
@@ -103,7 +103,8 @@ class Bridge:
         )
         try:
             self._producers = producers if producers is not None else self._build_producers()
-            resource = Resource.create({"service.name": "otel-bridge", "otel_bridge.run": self.run_dir.name})
+            resource = build_resource(config.otel, self.run_dir.name)
+            self._extra = build_extra_readers(config.otel)
             self.reader = StepMetricReader(
                 self.exporter,
                 self._producers,
@@ -111,12 +112,16 @@ class Bridge:
                 resource=resource,
                 warn_interval_s=config.delivery.warn_interval_s,
             )
-            self.meter_provider = MeterProvider(metric_readers=[self.reader], resource=resource)
+            self.meter_provider = MeterProvider(metric_readers=[self.reader, *self._extra.readers], resource=resource)
             for producer in self._producers:
                 if isinstance(producer, ProducerLifecycle):
                     producer.start()
         except BaseException:
             self._close_producers()
+            if hasattr(self, "meter_provider"):
+                self.meter_provider.shutdown()
+            if hasattr(self, "_extra"):
+                self._extra.close()
             self.exporter.shutdown()
             raise
         self._jobs = StepQueue(delivery.queue_size, delivery.max_block_s, health=self.health, warn=self._warn)
@@ -210,6 +215,11 @@ class Bridge:
     def backend_names(self) -> list[str]:
         """Names of the tracker backends records are written to."""
         return [b.name for b in self.exporter.backends]
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the trainer's instruments are served for Prometheus (``otel.prometheus.enabled``), else ``None``."""
+        return self._extra.metrics_url
 
     @property
     def backends(self) -> list[Backend]:
@@ -370,6 +380,7 @@ class Bridge:
         self._close_producers()
         self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
         self.meter_provider.shutdown()
+        self._extra.close()
         self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled))
         return self._report
 
@@ -399,3 +410,27 @@ def _ranges(steps: list[int]) -> str:
         else:
             out.append(str(step))
     return ", ".join(out)
+
+
+def install(config: str | Path | Mapping[str, Any] | BridgeConfig | None = None) -> Bridge:
+    """Build a :class:`Bridge` and make its MeterProvider the global OpenTelemetry one.
+
+    After this, ``opentelemetry.metrics.get_meter(...)`` anywhere in the trainer creates instruments that land in the
+    per-step record (and, as configured under ``otel``, on a Prometheus ``/metrics`` endpoint and an OTLP collector)::
+
+        bridge = otel_bridge.install("otel-bridge.yaml")
+
+    Raises :class:`~otel_bridge.errors.ConfigError` when another global MeterProvider is already installed (OTel allows
+    setting it once per process).
+    """
+    from opentelemetry import metrics
+
+    bridge = Bridge.from_config(config)
+    metrics.set_meter_provider(bridge.meter_provider)
+    if metrics.get_meter_provider() is not bridge.meter_provider:
+        bridge.close()
+        raise ConfigError(
+            "a global OpenTelemetry MeterProvider is already set in this process (OTel allows one): call "
+            "otel_bridge.install() before anything else sets it, or use Bridge.from_config() and bridge.meter()"
+        )
+    return bridge

@@ -268,6 +268,43 @@ class DeliveryConfig(_Model):
     warn_interval_s: float = Field(60.0, ge=0, description="Repeated warnings are logged at most this often.")
 
 
+class PrometheusEndpointConfig(_Model):
+    """Expose the trainer's OTel instruments on a Prometheus ``/metrics`` endpoint."""
+
+    enabled: bool = False
+    host: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 exposes it beyond this machine.")
+    port: int = Field(9464, ge=0, le=65535, description="0 picks a free port (see Bridge.metrics_url).")
+
+
+class OTLPConfig(_Model):
+    """Push the trainer's OTel instruments to an OpenTelemetry Collector over OTLP/HTTP."""
+
+    enabled: bool = False
+    endpoint: str | None = Field(
+        None, description="e.g. http://otel-collector:4318/v1/metrics; default from OTEL_EXPORTER_OTLP_*_ENDPOINT."
+    )
+    interval_s: float = Field(10.0, gt=0, description="Push interval.")
+    timeout_s: float = Field(10.0, gt=0)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value, "otel.otlp.endpoint")
+
+
+class OTelConfig(_Model):
+    """The bridge's MeterProvider: resource attributes and extra exports of the trainer's instruments."""
+
+    service_name: str | None = Field(
+        None, description="service.name; default $OTEL_SERVICE_NAME or otel-bridge-trainer."
+    )
+    run_id: str | None = Field(None, description="Resource attribute otel_bridge.run; default the run name.")
+    rank: int | None = Field(None, ge=0, description="Resource attribute otel_bridge.rank; default $RANK.")
+    resource_attributes: dict[str, str] = Field(default_factory=dict)
+    prometheus: PrometheusEndpointConfig = PrometheusEndpointConfig()
+    otlp: OTLPConfig = OTLPConfig()
+
+
 class BridgeConfig(_Model):
     """The whole otel-bridge configuration."""
 
@@ -282,6 +319,7 @@ class BridgeConfig(_Model):
     naming: NamingConfig = NamingConfig()
     run: RunConfig = RunConfig()
     delivery: DeliveryConfig = DeliveryConfig()
+    otel: OTelConfig = OTelConfig()
 
     @model_validator(mode="after")
     def _source(self) -> Self:

@@ -1,0 +1,120 @@
+"""The extra OpenTelemetry readers of the bridge's MeterProvider: a Prometheus ``/metrics`` endpoint and OTLP/HTTP push.
+
+Both expose the same instruments that land in the per-step tracker record, so Grafana and the tracker see the same
+numbers. The Prometheus endpoint uses its own ``CollectorRegistry`` (nothing else of the process leaks into it) and
+binds 127.0.0.1 unless configured otherwise. The OTLP exporter honours the standard ``OTEL_EXPORTER_OTLP_*`` variables.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.resources import Resource
+
+from otel_bridge.config import OTelConfig
+from otel_bridge.errors import ConfigError
+
+_log = logging.getLogger(__name__)
+
+OTLP_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+@dataclass
+class ExtraReaders:
+    """Readers to add to the MeterProvider, and what must be stopped when the bridge closes."""
+
+    readers: list[MetricReader] = field(default_factory=list)
+    metrics_url: str | None = None
+    _server: Any = None
+    _thread: threading.Thread | None = None
+
+    def close(self) -> None:
+        """Stop the ``/metrics`` HTTP server (the readers themselves shut down with the MeterProvider)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+def build_resource(config: OTelConfig, run_name: str, environ: Mapping[str, str] | None = None) -> Resource:
+    """``service.name``, run id and rank from config, then env (``OTEL_SERVICE_NAME``, ``RANK``), then defaults.
+
+    ``OTEL_RESOURCE_ATTRIBUTES`` is merged in by the SDK.
+    """
+    environ = os.environ if environ is None else environ
+    attributes: dict[str, str | int] = {
+        "service.name": config.service_name or environ.get("OTEL_SERVICE_NAME") or "otel-bridge-trainer",
+        "otel_bridge.run": config.run_id or run_name,
+    }
+    rank = config.rank if config.rank is not None else environ.get("RANK")
+    if rank is not None:
+        try:
+            attributes["otel_bridge.rank"] = int(rank)
+        except ValueError:
+            raise ConfigError(f"the rank must be an integer: otel.rank / $RANK is {rank!r}") from None
+    attributes.update(config.resource_attributes)
+    return Resource.create(attributes)
+
+
+def build_extra_readers(config: OTelConfig, environ: Mapping[str, str] | None = None) -> ExtraReaders:
+    """The Prometheus endpoint reader and the OTLP push reader, as configured."""
+    environ = os.environ if environ is None else environ
+    extra = ExtraReaders()
+    try:
+        if config.prometheus.enabled:
+            _add_prometheus(extra, config)
+        if config.otlp.enabled:
+            extra.readers.append(_otlp_reader(config, environ))
+    except BaseException:
+        extra.close()
+        raise
+    return extra
+
+
+def _add_prometheus(extra: ExtraReaders, config: OTelConfig) -> None:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    endpoint = config.prometheus
+    registry = CollectorRegistry(auto_describe=True)
+    extra.readers.append(PrometheusMetricReader(registry=registry))
+    try:
+        server, thread = start_http_server(endpoint.port, addr=endpoint.host, registry=registry)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve /metrics on {endpoint.host}:{endpoint.port}: {exc.strerror}; "
+            "choose another otel.prometheus.port (0 picks a free one)"
+        ) from None
+    extra._server, extra._thread = server, thread
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    shown = f"[{host}]" if ":" in host else host
+    extra.metrics_url = f"http://{shown}:{port}/metrics"
+    _log.info("otel-bridge: trainer metrics exposed at %s", extra.metrics_url)
+
+
+def _otlp_reader(config: OTelConfig, environ: Mapping[str, str]) -> MetricReader:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError:
+        raise ConfigError("otel.otlp needs the extra: pip install 'otel-bridge[otlp]'") from None
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    otlp = config.otlp
+    if otlp.endpoint is None and not any(environ.get(var) for var in OTLP_ENDPOINT_VARS):
+        raise ConfigError(
+            "otel.otlp is enabled but no collector endpoint is known: set otel.otlp.endpoint "
+            "(e.g. http://otel-collector:4318/v1/metrics) or OTEL_EXPORTER_OTLP_ENDPOINT"
+        )
+    exporter = OTLPMetricExporter(endpoint=otlp.endpoint, timeout=otlp.timeout_s)
+    return PeriodicExportingMetricReader(
+        exporter, export_interval_millis=otlp.interval_s * 1000, export_timeout_millis=otlp.timeout_s * 1000
+    )

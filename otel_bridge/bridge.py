@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -88,7 +89,13 @@ class Bridge:
         self.health = Health()
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
         delivery = config.delivery
-        all_backends = [create_backend(t.type, t.options(), self.run_dir) for t in config.trackers] + list(backends)
+        self.rank = _rank(config)
+        self.delivers = self.rank == delivery.rank
+        all_backends = (
+            [create_backend(t.type, t.options(), self.run_dir) for t in config.trackers] + list(backends)
+            if self.delivers
+            else []
+        )
         self._records: OrderedDict[int, StepRecord] = OrderedDict()
         self._records_cond = threading.Condition()
         self.exporter = TrackerExporter(
@@ -102,7 +109,11 @@ class Bridge:
             backend_queue_size=delivery.backend_queue_size,
         )
         try:
-            self._producers = producers if producers is not None else self._build_producers()
+            if not self.delivers:
+                self._producers = []
+                _log.info("otel-bridge: rank %d does not deliver (delivery.rank is %d)", self.rank, delivery.rank)
+            else:
+                self._producers = producers if producers is not None else self._build_producers()
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
             self.reader = StepMetricReader(
@@ -399,6 +410,17 @@ class Bridge:
 
     def __repr__(self) -> str:
         return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
+
+
+def _rank(config: BridgeConfig) -> int:
+    """This process' rank: ``otel.rank``, else ``$RANK``, else 0."""
+    if config.otel.rank is not None:
+        return config.otel.rank
+    raw = os.environ.get("RANK", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"$RANK must be an integer, got {raw!r}; or set otel.rank") from None
 
 
 def _ranges(steps: list[int]) -> str:

@@ -252,6 +252,9 @@ class RunConfig(_Model):
 class DeliveryConfig(_Model):
     """The worker that assembles and delivers step records off the training thread."""
 
+    rank: int = Field(
+        0, ge=0, description="Only the process of this rank (otel.rank, else $RANK, else 0) writes to the trackers."
+    )
     queue_size: int = Field(100, gt=0, description="Steps waiting for assembly before step()/log() blocks.")
     max_block_s: float = Field(
         0.5,

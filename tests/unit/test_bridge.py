@@ -163,3 +163,18 @@ def test_missing_metric_is_named_once_and_counted(
     named = [r for r in caplog.records if "vllm:generation_tokens_totl" in r.getMessage()]
     assert len(named) == 1, [r.getMessage() for r in named]
     assert named[0].levelno == logging.WARNING
+
+
+def test_only_the_delivering_rank_touches_trackers_and_infrastructure(tmp_path: Path) -> None:
+    config = {
+        "prometheus": {"url": "http://127.0.0.1:1", "retries": 0},  # would fail at start-up on rank 0
+        "metrics": [{"preset": "vllm"}],
+        "run": {"name": "rank1", "dir": str(tmp_path)},
+        "otel": {"rank": 1},
+    }
+    with Bridge.from_config(config) as bridge:
+        assert bridge.rank == 1
+        assert not bridge.delivers
+        bridge.log({"actor/loss": 1.0}, step=0)
+        assert bridge.collect(0)["actor/loss"] == 1.0
+    assert not (tmp_path / "rank1").exists(), "a non-delivering rank writes no tracker files"

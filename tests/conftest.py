@@ -12,7 +12,7 @@ from otel_bridge.simulation.http import MetricsHTTPServer
 from otel_bridge.simulation.vllm import VLLMSimulator
 from tests.helpers.prometheus_server import PrometheusServer
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm"  # copied from shared/fixtures/vllm (vLLM 0.32)
 
 
 class Replica:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from otel_bridge.errors import ExpositionParseError
 from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
 
-CAPTURE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "vllm"
+CAPTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 
 SeriesKey = tuple[str, frozenset[tuple[str, str]]]
 
@@ -24,7 +24,7 @@ SeriesKey = tuple[str, frozenset[tuple[str, str]]]
 @pytest.fixture(scope="module")
 def capture_dir() -> Path:
     if not (CAPTURE_DIR / "metrics-after-requests.txt").is_file():
-        pytest.skip(f"the real vLLM captures are not available at {CAPTURE_DIR}")
+        pytest.fail(f"the real vLLM captures are missing from {CAPTURE_DIR}")
     return CAPTURE_DIR
 
 

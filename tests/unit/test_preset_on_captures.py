@@ -74,7 +74,7 @@ class SwitchableEndpoint:
 @pytest.fixture
 def captures() -> tuple[str, str]:
     if not FIXTURES.is_dir():
-        pytest.fail(f"the vLLM captures are missing: expected {FIXTURES} (shared/fixtures beside the repo)")
+        pytest.fail(f"the vLLM captures are missing: expected {FIXTURES} (copied from shared/fixtures/vllm)")
     return (
         (FIXTURES / "metrics-before-requests.txt").read_text(),
         (FIXTURES / "metrics-after-requests.txt").read_text(),

@@ -17,7 +17,7 @@ import requests
 from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
 from otel_bridge.simulation import MetricsHTTPServer, SimulatedWorkload, VLLMSimulator, vllm_family_specs
 
-CAPTURE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "vllm"
+CAPTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def capture() -> str:
     path = CAPTURE_DIR / "metrics-after-requests.txt"
     if not path.is_file():
-        pytest.skip(f"the real vLLM captures are not available at {CAPTURE_DIR}")
+        pytest.fail(f"the real vLLM captures are missing from {CAPTURE_DIR}")
     return path.read_text(encoding="utf-8")
 
 

@@ -33,23 +33,21 @@ VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:request_queue_time_seconds", "type": "histogram", "stats": ["mean", "p99"]},
 ]
 
+# Names as documented in SGLang's production metrics reference (docs/references/production_metrics.md).
 SGLANG: Final[list[dict[str, Any]]] = [
     {"name": "sglang:generation_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
     {"name": "sglang:prompt_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
-    {"name": "sglang:num_requests_total", "type": "counter", "stats": ["delta"]},
     {"name": "sglang:num_running_reqs", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "sglang:num_queue_reqs", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
+    {"name": "sglang:num_used_tokens", "type": "gauge", "stats": ["max"], "agg": "sum"},
     {"name": "sglang:token_usage", "type": "gauge", "stats": ["max", "mean"], "agg": "max"},
     {"name": "sglang:cache_hit_rate", "type": "gauge", "stats": ["mean"], "agg": "mean"},
-    {
-        "name": "sglang:time_to_first_token_seconds",
-        "type": "histogram",
-        "stats": ["mean", "p50", "p99", "count"],
-    },
-    {"name": "sglang:inter_token_latency_seconds", "type": "histogram", "stats": ["mean", "p50", "p99"]},
+    {"name": "sglang:time_to_first_token_seconds", "type": "histogram", "stats": ["mean", "p50", "p99", "count"]},
+    {"name": "sglang:time_per_output_token_seconds", "type": "histogram", "stats": ["mean", "p50", "p99"]},
     {"name": "sglang:e2e_request_latency_seconds", "type": "histogram", "stats": ["mean", "p50", "p99"]},
 ]
 
+# Ray's node and object-store metrics as its metrics agent exports them (ray_ prefix).
 RAY: Final[list[dict[str, Any]]] = [
     {"name": "ray_node_cpu_utilization", "type": "gauge", "stats": ["mean", "max"], "agg": "mean"},
     {"name": "ray_node_mem_used", "type": "gauge", "stats": ["max"], "agg": "sum"},

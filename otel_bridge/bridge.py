@@ -37,15 +37,22 @@ from typing import Any
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
-from otel_bridge.config import BridgeConfig
-from otel_bridge.errors import BridgeClosedError, ConfigError, DeliveryTimeoutError, StepOrderError
+from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.discovery import (
+    RolloutServers,
+    TargetWatcher,
+    ray_service_discovery_targets,
+    resolve_prometheus_url,
+    rollout_targets,
+)
+from otel_bridge.errors import BridgeClosedError, ConfigError, DeliveryTimeoutError, DiscoveryError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend, create_backend
 from otel_bridge.exporters.delivery import DeliveryStatus
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
 from otel_bridge.meter_provider import build_extra_readers, build_resource
-from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus.client import PrometheusClient
@@ -83,10 +90,12 @@ class Bridge:
         *,
         producers: list[MetricProducer] | None = None,
         backends: Sequence[Backend] = (),
+        rollout_servers: RolloutServers | None = None,
     ) -> None:
         self.config = config
         self.run_dir = config.run.dir / (config.run.name or datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S"))
         self.health = Health()
+        self._watchers: list[TargetWatcher] = []
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
         delivery = config.delivery
         self.rank = _rank(config)
@@ -113,7 +122,7 @@ class Bridge:
                 self._producers = []
                 _log.info("otel-bridge: rank %d does not deliver (delivery.rank is %d)", self.rank, delivery.rank)
             else:
-                self._producers = producers if producers is not None else self._build_producers()
+                self._producers = producers if producers is not None else self._build_producers(rollout_servers)
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
             self.reader = StepMetricReader(
@@ -127,6 +136,8 @@ class Bridge:
             for producer in self._producers:
                 if isinstance(producer, ProducerLifecycle):
                     producer.start()
+            for watcher in self._watchers:
+                watcher.start()
         except BaseException:
             self._close_producers()
             if hasattr(self, "meter_provider"):
@@ -157,29 +168,33 @@ class Bridge:
         config: str | Path | Mapping[str, Any] | BridgeConfig | None = None,
         *,
         backends: Sequence[Backend] = (),
+        rollout_servers: RolloutServers | None = None,
     ) -> Bridge:
         """Build a bridge from a YAML path, a dict, a :class:`BridgeConfig` or nothing (defaults + env overrides).
 
         ``backends`` adds backend objects of your own (anything with ``name``, ``write``, ``flush``, ``close``) to the
-        configured trackers.
+        configured trackers. ``rollout_servers`` registers rollout servers beside ``scrape.targets``: a list of
+        ``host:port``, a callable returning one, or Ray actor handles with a ``metrics_address()`` method.
 
         Raises :class:`~otel_bridge.errors.ConfigError` (or a Prometheus/scrape error) at once when the configuration
         cannot work: nothing is left running in that case.
         """
-        return cls(BridgeConfig.load(config), backends=backends)
+        return cls(BridgeConfig.load(config), backends=backends, rollout_servers=rollout_servers)
 
-    def _build_producers(self) -> list[MetricProducer]:
+    def _build_producers(self, rollout_servers: RolloutServers | None) -> list[MetricProducer]:
         config = self.config
         queries = resolve_metrics(config.metrics)
         source = config.resolved_source()
         if not queries or source is None:
             return []
         delivery = config.delivery
+        strict = config.startup == "strict"
         if source == "promql":
             prom = config.prometheus
             assert prom.url is not None
+            url = resolve_prometheus_url(AUTO, ray_port=prom.ray_port).url if prom.url == AUTO else prom.url
             client = PrometheusClient(
-                prom.url,
+                url,
                 timeout_s=prom.timeout_s,
                 retries=prom.retries,
                 backoff_s=prom.backoff_s,
@@ -199,28 +214,65 @@ class Bridge:
                     scrape_interval_s=prom.scrape_interval_s,
                     health=self.health,
                     warn_interval_s=delivery.warn_interval_s,
+                    strict=strict,
                 )
             ]
+        return [self._build_scrape_producer(queries, rollout_servers, strict)]
+
+    def _build_scrape_producer(
+        self, queries: list[MetricQuery], rollout_servers: RolloutServers | None, strict: bool
+    ) -> ScrapeProducer:
+        config = self.config
         scrape = config.scrape
         tls = scrape.tls
         verify: bool | str = str(tls.ca_file) if tls.ca_file and tls.verify else tls.verify
         cert: tuple[str, str] | str | None = None
         if tls.cert_file is not None:
             cert = (str(tls.cert_file), str(tls.key_file)) if tls.key_file else str(tls.cert_file)
-        return [
-            ScrapeProducer(
-                scrape.targets,
-                queries,
-                timeout_s=scrape.timeout_s,
-                sample_interval_s=scrape.sample_interval_s,
-                max_response_bytes=scrape.max_response_bytes,
-                verify=verify,
-                cert=cert,
-                health=self.health,
-                produce_timeout_s=delivery.produce_timeout_s,
-                warn_interval_s=delivery.warn_interval_s,
+        static = config.scrape_targets
+        registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
+        discovered = scrape.targets == AUTO
+        producer = ScrapeProducer(
+            [*static, *registered],
+            queries,
+            timeout_s=scrape.timeout_s,
+            sample_interval_s=scrape.sample_interval_s,
+            max_response_bytes=scrape.max_response_bytes,
+            verify=verify,
+            cert=cert,
+            health=self.health,
+            produce_timeout_s=config.delivery.produce_timeout_s,
+            warn_interval_s=config.delivery.warn_interval_s,
+            strict=strict,
+            discovered=discovered,
+        )
+        if discovered:
+
+            def resolve() -> list[str]:
+                found = ray_service_discovery_targets(scrape.ray_service_discovery_file, temp_dir=scrape.ray_temp_dir)
+                again = rollout_targets(rollout_servers) if rollout_servers is not None else []
+                return sorted({*found, *again, *static})
+
+            try:
+                initial = resolve()
+            except DiscoveryError:
+                if strict:
+                    producer.close()
+                    raise
+                _log.warning("scrape targets not found yet; retrying every %.0fs", scrape.refresh_interval_s)
+                initial = []
+            producer.set_targets(initial)
+            self._watchers.append(
+                TargetWatcher(
+                    resolve,
+                    producer.set_targets,
+                    interval_s=scrape.refresh_interval_s,
+                    initial=initial,
+                    name="scrape targets",
+                    warn_interval_s=config.delivery.warn_interval_s,
+                )
             )
-        ]
+        return producer
 
     @property
     def backend_names(self) -> list[str]:
@@ -396,6 +448,8 @@ class Bridge:
         return self._report
 
     def _close_producers(self) -> None:
+        for watcher in self._watchers:
+            watcher.close()
         for producer in getattr(self, "_producers", []):
             if isinstance(producer, ProducerLifecycle):
                 producer.close()

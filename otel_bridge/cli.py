@@ -61,6 +61,27 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help="the Prometheus scrape interval in seconds (PromQL path)",
     )
+    prom = commands.add_parser(
+        "prometheus-config",
+        help="write a Prometheus config for the Ray pipeline",
+        description="Write (atomically) a prometheus.yml scraping Ray's service-discovery file, the rollout servers "
+        "and the trainer's own /metrics endpoint.",
+    )
+    prom.add_argument("out", type=Path, help="where to write prometheus.yml")
+    prom.add_argument("--rollout", action="append", default=[], metavar="HOST:PORT", help="a rollout server (repeat)")
+    prom.add_argument("--trainer", metavar="HOST:PORT", help="the trainer's /metrics endpoint (otel.prometheus)")
+    where = prom.add_mutually_exclusive_group()
+    where.add_argument("--ray-sd-file", type=Path, help="Ray's prom_metrics_service_discovery.json")
+    where.add_argument("--ray-temp-dir", type=Path, help="Ray's --temp-dir (the file is found under it)")
+    prom.add_argument("--interval", type=float, default=15.0, help="scrape interval in seconds (default 15)")
+    discover = commands.add_parser(
+        "discover",
+        help="show where Prometheus and the scrape targets are, without querying metrics",
+        description="Run the resolver chain (config, OTEL_BRIDGE_PROMETHEUS_URL, RAY_PROMETHEUS_HOST, Ray head) and "
+        "print what it finds and how.",
+    )
+    discover.add_argument("--config", type=Path, help="otel-bridge config file")
+    discover.add_argument("--ray-address", help="connect to this Ray cluster first (ray.init(address=...))")
     return parser
 
 
@@ -110,6 +131,56 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _prometheus_config(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_bridge.discovery import ray_service_discovery_path
+    from otel_bridge.prometheus.config_gen import write_prometheus_config
+
+    sd_file = args.ray_sd_file or (ray_service_discovery_path(args.ray_temp_dir) if args.ray_temp_dir else None)
+    write_prometheus_config(
+        args.out,
+        ray_sd_file=sd_file,
+        rollout_targets=args.rollout,
+        trainer_target=args.trainer,
+        scrape_interval_s=args.interval,
+    )
+    if not args.quiet:
+        out.write(f"wrote {args.out}\n")
+    return 0
+
+
+def _discover(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_bridge.config import AUTO, BridgeConfig
+    from otel_bridge.discovery import ray_service_discovery_targets, resolve_prometheus_url
+    from otel_bridge.errors import DiscoveryError
+
+    config = BridgeConfig.load(args.config)
+    if args.ray_address:
+        from otel_bridge.discovery.ray_cluster import import_ray
+
+        import_ray().init(address=args.ray_address, logging_level=logging.ERROR)
+    status = 0
+    try:
+        resolution = resolve_prometheus_url(config.prometheus.url or AUTO, ray_port=config.prometheus.ray_port)
+    except DiscoveryError as exc:
+        out.write(f"prometheus: not found\n{exc}\n")
+        status = 1
+    else:
+        out.write(f"prometheus: {resolution.url} (from {resolution.source})\n")
+    if config.scrape.targets == AUTO:
+        try:
+            found = ray_service_discovery_targets(
+                config.scrape.ray_service_discovery_file, temp_dir=config.scrape.ray_temp_dir
+            )
+        except DiscoveryError as exc:
+            out.write(f"scrape targets: not found\n{exc}\n")
+            status = 1
+        else:
+            out.write(f"scrape targets (Ray service discovery): {', '.join(found) or 'none'}\n")
+    else:
+        out.write(f"scrape targets (config): {', '.join(config.scrape_targets) or 'none'}\n")
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``otel-bridge`` console script."""
     args = _parser().parse_args(argv)
@@ -118,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return _demo(args, sys.stdout)
+        if args.command == "prometheus-config":
+            return _prometheus_config(args, sys.stdout)
+        if args.command == "discover":
+            return _discover(args, sys.stdout)
     except OtelBridgeError as exc:
         if args.verbose:
             raise

@@ -6,7 +6,8 @@ Environment overrides (applied after the file/dict, before validation):
 
 - ``OTEL_BRIDGE__<SECTION>__<KEY>=value`` sets any nested key, e.g. ``OTEL_BRIDGE__PROMETHEUS__TIMEOUT_S=5``;
   the value is read as a YAML scalar/list (``5``, ``true``, ``[a, b]``).
-- ``OTEL_BRIDGE_PROMETHEUS_URL`` sets ``prometheus.url``.
+- ``OTEL_BRIDGE_PROMETHEUS_URL`` sets ``prometheus.url`` when the config leaves it unset or ``auto`` (an explicit
+  URL in the config wins; ``OTEL_BRIDGE__PROMETHEUS__URL`` overrides it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_vali
 
 ENV_PREFIX = "OTEL_BRIDGE__"
 ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
+AUTO = "auto"
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -113,7 +115,10 @@ class TLSConfig(_Model):
 class PrometheusConfig(_Model):
     """Where Prometheus is and how to talk to it (the PromQL path)."""
 
-    url: str | None = Field(None, description="Prometheus base URL, e.g. http://127.0.0.1:9090.")
+    url: str | None = Field(
+        None, description="Prometheus base URL (http://127.0.0.1:9090), or 'auto': env, then the Ray head node."
+    )
+    ray_port: int = Field(9090, ge=1, le=65535, description="Prometheus' port on the Ray head (url: auto).")
     timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
     retries: int = Field(3, ge=0, le=20, description="Retries for transient failures (connection, timeout, 503).")
     backoff_s: float = Field(0.5, ge=0, description="Exponential backoff base between retries.")
@@ -130,13 +135,23 @@ class PrometheusConfig(_Model):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        return None if value is None else _check_http_url(value, "prometheus.url")
+        if value is None or value == AUTO:
+            return value
+        return _check_http_url(value, "prometheus.url")
 
 
 class ScrapeConfig(_Model):
     """Reading ``/metrics`` endpoints directly (the embedded default: no Prometheus server needed)."""
 
-    targets: list[str] = Field(default_factory=list, description="URLs, or host:port (http://host:port/metrics).")
+    targets: list[str] | Literal["auto"] = Field(
+        default_factory=list,
+        description="URLs or host:port (http://host:port/metrics); 'auto': Ray's service-discovery file and nodes.",
+    )
+    ray_service_discovery_file: Path | None = Field(
+        None, description="Ray's prom_metrics_service_discovery.json (targets: auto); default: the Ray session's."
+    )
+    ray_temp_dir: Path | None = Field(None, description="Ray's --temp-dir, to find its service-discovery file.")
+    refresh_interval_s: float = Field(30.0, gt=0, description="How often discovered targets are re-resolved.")
     timeout_s: float = Field(5.0, gt=0)
     sample_interval_s: float = Field(
         1.0,
@@ -148,7 +163,9 @@ class ScrapeConfig(_Model):
 
     @field_validator("targets")
     @classmethod
-    def _targets(cls, values: list[str]) -> list[str]:
+    def _targets(cls, values: list[str] | str) -> list[str] | str:
+        if isinstance(values, str):
+            return values
         out = []
         for value in values:
             if "://" not in value:
@@ -311,6 +328,11 @@ class OTelConfig(_Model):
 class BridgeConfig(_Model):
     """The whole otel-bridge configuration."""
 
+    startup: Literal["strict", "degrade"] = Field(
+        "strict",
+        description="strict: raise at start-up when Prometheus/endpoints are unreachable; degrade: warn, run without "
+        "infrastructure metrics and pick them up when they come back.",
+    )
     source: Literal["auto", "promql", "scrape"] = Field(
         "auto",
         description="auto: promql when prometheus.url is set, else scrape when scrape.targets are set.",
@@ -339,6 +361,11 @@ class BridgeConfig(_Model):
                 )
         return self
 
+    @property
+    def scrape_targets(self) -> list[str]:
+        """The static scrape targets (empty when they are discovered: ``targets: auto``)."""
+        return [] if isinstance(self.scrape.targets, str) else list(self.scrape.targets)
+
     def resolved_source(self) -> Literal["promql", "scrape"] | None:
         """Which producer reads infrastructure metrics (``None`` when no source is configured)."""
         if self.source != "auto":
@@ -348,6 +375,44 @@ class BridgeConfig(_Model):
         if self.scrape.targets:
             return "scrape"
         return None
+
+    @classmethod
+    def from_verl(
+        cls,
+        prometheus_cfg: Any,
+        *,
+        prefix: str = "rollout",
+        metrics_to_log: list[str] | None = None,
+        **overrides: Any,
+    ) -> BridgeConfig:
+        """A config from verl's rollout ``PrometheusConfig`` (an object or a mapping).
+
+        ``enable`` switches the infrastructure metrics on; ``port`` is Prometheus' port on the Ray head (found as
+        ``prometheus.url: auto``); ``file`` is the prometheus.yml verl writes (its ``global.scrape_interval`` is used);
+        ``served_model_name`` selects that model's series; ``metrics_to_log`` (on the object, or as an argument) lists
+        the metric names to log, default the ``vllm`` preset. Keys start with ``prefix`` (``rollout/vllm/...``).
+        ``overrides`` are further top-level config sections (``trackers=[...]``, ``run={...}``).
+        """
+
+        def field(name: str, default: Any = None) -> Any:
+            if isinstance(prometheus_cfg, Mapping):
+                return prometheus_cfg.get(name, default)
+            return getattr(prometheus_cfg, name, default)
+
+        data: dict[str, Any] = {"naming": {"infra_prefix": prefix}, **overrides}
+        if not field("enable", False):
+            return cls.from_dict(data)
+        names = metrics_to_log if metrics_to_log is not None else field("metrics_to_log")
+        model = field("served_model_name")
+        labels = {"model_name": model} if model else {}
+        entries = [{"name": name} for name in names] if names else _preset_entries("vllm")
+        metrics = [{**entry, "labels": labels} for entry in entries]
+        prometheus: dict[str, Any] = {"url": AUTO, "ray_port": int(field("port", 9090))}
+        interval = _scrape_interval_from(field("file"))
+        if interval is not None:
+            prometheus["scrape_interval_s"] = interval
+        data.update({"prometheus": prometheus, "metrics": metrics})
+        return cls.from_dict(data)
 
     @classmethod
     def load(
@@ -376,6 +441,24 @@ class BridgeConfig(_Model):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ConfigError(format_validation_error(exc, cls)) from None
+
+
+def _preset_entries(name: str) -> list[dict[str, Any]]:
+    from otel_bridge.producers.presets import PRESETS
+
+    return [dict(entry) for entry in PRESETS[name]]
+
+
+def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
+    """``global.scrape_interval`` of a prometheus.yml, in seconds (``None`` when the file is absent or silent)."""
+    if not file or not Path(file).is_file():
+        return None
+    config = _read_yaml(Path(file))
+    text = str((config.get("global") or {}).get("scrape_interval", ""))
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", text.strip())
+    if match is None:
+        return None
+    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[match.group(2)]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -408,7 +491,8 @@ def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dic
     """Return ``data`` with ``OTEL_BRIDGE__A__B=value`` and ``OTEL_BRIDGE_PROMETHEUS_URL`` applied."""
     out: dict[str, Any] = _deep_copy(data)
     overrides: list[tuple[list[str], str]] = []
-    if environ.get(ENV_PROMETHEUS_URL):
+    configured_url = (out.get("prometheus") or {}).get("url") if isinstance(out.get("prometheus"), dict) else None
+    if environ.get(ENV_PROMETHEUS_URL) and configured_url in (None, AUTO):
         overrides.append((["prometheus", "url"], environ[ENV_PROMETHEUS_URL]))
     for name, raw in sorted(environ.items()):
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):

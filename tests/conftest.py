@@ -12,6 +12,8 @@ from otel_bridge.simulation.http import MetricsHTTPServer
 from otel_bridge.simulation.vllm import VLLMSimulator
 from tests.helpers.prometheus_server import PrometheusServer
 
+pytest_plugins = ["tests.ray_fixtures"]
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm"  # copied from shared/fixtures/vllm (vLLM 0.32)
 
 

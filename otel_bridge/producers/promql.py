@@ -56,8 +56,11 @@ class PromQLProducer:
         scrape_interval_s: float = 15.0,
         health: Health | None = None,
         warn_interval_s: float = 60.0,
+        strict: bool = True,
     ) -> None:
         self._client = client
+        self._strict = strict
+        self._ready = False
         self._queries = list(queries)
         self._lookback_s = 2.0 * scrape_interval_s
         self._health = health or Health()
@@ -70,7 +73,26 @@ class PromQLProducer:
         return list(self._queries)
 
     def start(self) -> None:
-        """Resolve metric types from Prometheus' metadata and check every query once (fail fast on bad PromQL)."""
+        """Check Prometheus and every query once, resolving metric types from its metadata.
+
+        A rejected query raises :class:`ConfigError`. An unreachable or broken Prometheus raises in strict mode; in
+        degrade mode it is logged and retried at every step until it works.
+        """
+        try:
+            self._prepare()
+        except ConfigError:
+            raise
+        except PrometheusError as exc:
+            if self._strict:
+                raise
+            self._health.count(QUERY_ERRORS)
+            _log.warning(
+                "Prometheus is not usable at start-up (%s); running without infrastructure metrics and retrying "
+                "at every step (startup: degrade)",
+                exc,
+            )
+
+    def _prepare(self) -> None:
         if any(q.needs_kind for q in self._queries):
             metadata = self._client.metadata()
             self._queries = [self._resolve_kind(q, metadata) for q in self._queries]
@@ -85,6 +107,9 @@ class PromQLProducer:
                     f"Prometheus rejects the configured metrics ({exc.error_type}: {exc.error}); "
                     "check the promql/name/labels entries under metrics"
                 ) from None
+        if not self._ready:
+            self._ready = True
+            _log.info("Prometheus at %s is usable: %d configured metric(s)", self._client.url, len(self._queries))
 
     def _resolve_kind(self, query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) -> MetricQuery:
         if not query.needs_kind:
@@ -151,6 +176,12 @@ class PromQLProducer:
         """Query Prometheus for ``window`` (at most two requests) and return one Metric per configured metric."""
         points: dict[int, list[StatPoint]] = defaultdict(list)
         answered: set[int] = set()
+        if not self._ready:
+            try:
+                self._prepare()
+            except PrometheusError:
+                self._health.count(QUERY_ERRORS)
+                raise
         try:
             instant = self.instant_expression(window)
             if instant is not None:

@@ -10,6 +10,7 @@ the same code as the PromQL path (:mod:`otel_bridge.producers.aggregate`). Every
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -39,7 +40,7 @@ SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One scrape round: per target, the wanted families (``None`` where the scrape failed)."""
+    """One scrape round: per target (``host:port``), the wanted families (``None`` where the scrape failed)."""
 
     t: float
     boundary: bool
@@ -62,32 +63,33 @@ class ScrapeProducer:
         health: Health | None = None,
         produce_timeout_s: float = 30.0,
         warn_interval_s: float = 60.0,
+        strict: bool = True,
+        discovered: bool = False,
     ) -> None:
-        if not targets:
+        if not targets and not discovered:
             raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
         if any(q.promql is not None for q in queries):
             raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
-        self._endpoints = [
-            MetricsEndpoint(url, timeout_s=timeout_s, max_response_bytes=max_response_bytes, verify=verify, cert=cert)
-            for url in targets
-        ]
-        self._instances = {e.url: urlsplit(e.url).netloc for e in self._endpoints}
+        self._new_endpoint = functools.partial(
+            MetricsEndpoint, timeout_s=timeout_s, max_response_bytes=max_response_bytes, verify=verify, cert=cert
+        )
+        self._strict = strict and not discovered
+        self._endpoints: list[MetricsEndpoint] = []
+        self._instances: dict[str, str] = {}
         self._queries = list(queries)
         self._wanted = frozenset(self._wanted_names())
         self._sample_interval_s = sample_interval_s
         self._produce_timeout_s = produce_timeout_s
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
-        for instance in self._instances.values():
-            self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
-        self._pool = ThreadPoolExecutor(
-            max_workers=min(32, len(self._endpoints)), thread_name_prefix="otel-bridge-scrape"
-        )
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="otel-bridge-scrape")
+        self._targets_lock = threading.Lock()
         self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
         self._snapshots: list[Snapshot] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.set_targets(targets)
 
     def _wanted_names(self) -> set[str]:
         names: set[str] = set()
@@ -98,6 +100,22 @@ class ScrapeProducer:
                 names.add(q.name)
         return names
 
+    def set_targets(self, targets: Sequence[str]) -> None:
+        """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes."""
+        urls = [t if "://" in t else f"http://{t}/metrics" for t in targets]
+        with self._targets_lock:
+            current: dict[str, MetricsEndpoint | None] = {e.url: e for e in self._endpoints}
+            endpoints = [current.pop(url, None) or self._new_endpoint(url) for url in dict.fromkeys(urls)]
+            for gone in current.values():
+                if gone is not None:
+                    gone.close()
+            self._endpoints = endpoints
+            self._instances = {e.url: urlsplit(e.url).netloc for e in endpoints}
+            instances = list(self._instances.values())
+        for instance in instances:
+            self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
+        _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")
+
     @property
     def queries(self) -> list[MetricQuery]:
         """The resolved queries (types filled in after :meth:`start`)."""
@@ -106,6 +124,12 @@ class ScrapeProducer:
     def start(self) -> None:
         """Scrape once to resolve metric types, then start the sampler thread."""
         first = self._scrape_round(time.time(), boundary=False)
+        unreachable = [instance for instance, families in first.families.items() if families is None]
+        if first.families and len(unreachable) == len(first.families):
+            message = f"none of the {len(unreachable)} scrape target(s) answered: {', '.join(unreachable)}"
+            if self._strict:
+                raise ScrapeError(message + "; check scrape.targets, or set startup: degrade to start anyway")
+            _log.warning("%s; running without their metrics until they answer (startup: degrade)", message)
         if any(q.needs_kind for q in self._queries):
             self._queries = [self._resolve_kind(q, first) for q in self._queries]
         with self._cond:
@@ -155,16 +179,18 @@ class ScrapeProducer:
                 self._cond.notify_all()
 
     def _scrape_round(self, t: float, *, boundary: bool) -> Snapshot:
-        results = list(self._pool.map(self._scrape_one, self._endpoints))
-        return Snapshot(
-            t=t, boundary=boundary, families=dict(zip((e.url for e in self._endpoints), results, strict=True))
-        )
+        with self._targets_lock:
+            endpoints = list(self._endpoints)
+            instances = dict(self._instances)
+        results = list(self._pool.map(lambda e: self._scrape_one(e, instances[e.url]), endpoints))
+        families = {instances[e.url]: r for e, r in zip(endpoints, results, strict=True)}
+        return Snapshot(t=t, boundary=boundary, families=families)
 
-    def _scrape_one(self, endpoint: MetricsEndpoint) -> Families | None:
+    def _scrape_one(self, endpoint: MetricsEndpoint, instance: str) -> Families | None:
         try:
             families = parse_exposition(endpoint.fetch(), self._wanted)
         except (ScrapeError, ExpositionParseError) as exc:
-            self._health.count(SCRAPE_ERRORS, labels={"instance": self._instances[endpoint.url]})
+            self._health.count(SCRAPE_ERRORS, labels={"instance": instance})
             self._warn.warning(f"scrape:{endpoint.url}", "%s", exc)
             return None
         self._warn.forget(f"scrape:{endpoint.url}")
@@ -201,7 +227,7 @@ class ScrapeProducer:
                 metrics.append(to_metric(query, points, window))
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:
-            missing_warning(self._warn, query, window, f"no target among {len(self._endpoints)} exposes it")
+            missing_warning(self._warn, query, window, f"no target among {len(self._instances)} exposes it")
         return metrics
 
     def _relevant(self, window: StepWindow) -> list[Snapshot]:
@@ -223,10 +249,9 @@ class ScrapeProducer:
     def _series(self, snapshots: Sequence[Snapshot]) -> list[RawSeries]:
         samples: dict[SeriesKey, list[Sample]] = {}
         for snapshot in snapshots:
-            for url, families in snapshot.families.items():
+            for instance, families in snapshot.families.items():
                 if families is None:
                     continue
-                instance = self._instances[url]
                 for family in families.values():
                     for sample in family.samples:
                         labels = {**sample.labels, "instance": instance}

@@ -44,6 +44,7 @@ class PrometheusServer:
         scrape_interval_s: float = 1.0,
         extra_scrape_configs: Sequence[dict[str, Any]] = (),
         port: int | None = None,
+        config_override: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
         self.port = port or free_port()
@@ -51,11 +52,14 @@ class PrometheusServer:
         self.targets = list(targets)
         self.scrape_interval_s = scrape_interval_s
         self.extra_scrape_configs = list(extra_scrape_configs)
+        self.config_override = config_override
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "prometheus.log"
 
     def config(self) -> dict[str, Any]:
-        """The generated prometheus.yml."""
+        """The generated prometheus.yml, or ``config_override`` as given (then targets and intervals are unused)."""
+        if self.config_override is not None:
+            return self.config_override
         interval = f"{int(self.scrape_interval_s * 1000)}ms"
         scrape_configs: list[dict[str, Any]] = []
         if self.targets:

@@ -15,7 +15,12 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -e '.[tensorboard]'
 	@touch $@
 
+# torch first, pinned: the CPU build of 2.13.0 is on the machine image; an unpinned torch (pulled in by the
+# huggingface/lightning extras) would download a CUDA build of several GB.
+TORCH ?= torch==2.13.0
+
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install '$(TORCH)'
 	$(PIP) install -e '.[dev]'
 	@touch $@ $(VENV)/.demo-installed
 

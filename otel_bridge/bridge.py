@@ -150,7 +150,9 @@ class Bridge:
         self._worker = threading.Thread(target=self._deliver, name="otel-bridge-delivery", daemon=True)
         self._worker.start()
         self._open_step: int | None = None
+        self._open_start = 0.0
         self._open_values: dict[str, float] = {}
+        self._pending: StepJob | None = None
         self._last_step: int | None = None
         self._last_boundary: float | None = None
         self._closed = False
@@ -315,29 +317,52 @@ class Bridge:
     def step(self, step: int) -> Iterator[None]:
         """Mark training step ``step``: its window is the time spent inside the ``with`` block.
 
-        ``bridge.log(metrics, step=step)`` inside the block adds the trainer's dict to the same record.
+        ``bridge.log(metrics, step=step)`` inside the block, or after it until the next step begins, adds the
+        trainer's dict to the same record. Same as :meth:`begin_step` + :meth:`end_step`.
         """
+        self.begin_step(step)
+        try:
+            yield
+        finally:
+            self.end_step(step)
+
+    def begin_step(self, step: int) -> None:
+        """Start the window of training step ``step`` now (for callbacks that cannot wrap a ``with`` block)."""
         self._check_open()
         if self._open_step is not None:
             raise StepOrderError(f"step {step} opened while step {self._open_step} is still open; steps do not nest")
         self._check_new_step(step)
+        self.commit()
         start = time.time()
         self._boundary(start)
-        self._open_step, self._open_values = step, {}
-        try:
-            yield
-        finally:
-            end = time.time()
-            self._boundary(end)
-            values, self._open_step, self._open_values = self._open_values, None, {}
-            self._enqueue(StepJob(StepWindow(step, start, end), self.reader.snapshot_instruments(), values))
+        self._open_step, self._open_start, self._open_values = step, start, {}
+        self._last_step = step
+
+    def end_step(self, step: int) -> None:
+        """End the window of step ``step`` now. Its record stays open for ``log(..., step=step)`` until the next step
+        begins, :meth:`commit`, :meth:`collect` of that step, or :meth:`close`."""
+        if self._open_step != step:
+            raise StepOrderError(f"end_step({step}) without begin_step({step}) (open step: {self._open_step})")
+        end = time.time()
+        self._boundary(end)
+        window = StepWindow(step, self._open_start, end)
+        self._pending = StepJob(window, self.reader.snapshot_instruments(), self._open_values)
+        self._open_step, self._open_values = None, {}
+        self._last_boundary = end
+
+    def commit(self) -> None:
+        """Send the record of the last ended step now (no more values can be added to it)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._jobs.put(pending)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record the trainer's metrics for ``step`` (verl's ``Tracking.log(data, step)`` shape).
 
-        Inside ``with bridge.step(step)`` the values join that step's record. Otherwise this call is the step's
-        boundary: its window runs from the previous boundary to now (the first one has no start; see the README).
-        Values must be numbers (ints, floats, numpy/torch scalars); others are skipped with a warning.
+        While step ``step`` is open (inside ``with bridge.step(step)``) or just ended, the values join its record.
+        Otherwise this call is the step's boundary: its window runs from the previous boundary to now (the first one
+        has no start; see the README). Values must be numbers (ints, floats, numpy/torch scalars); others are skipped
+        with a warning.
         """
         self._check_open()
         values = self._numbers(metrics, step)
@@ -348,7 +373,11 @@ class Bridge:
                 )
             self._open_values.update(values)
             return
+        if self._pending is not None and self._pending.window.step == step:
+            self._pending.values.update(values)
+            return
         self._check_new_step(step)
+        self.commit()
         end = time.time()
         self._boundary(end)
         self._enqueue(StepJob(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values))
@@ -402,6 +431,8 @@ class Bridge:
 
     def collect(self, step: int, timeout_s: float = 60.0) -> dict[str, float]:
         """The record delivered for ``step`` as ``{key: value}``, waiting for its delivery (up to ``timeout_s``)."""
+        if self._pending is not None and self._pending.window.step == step:
+            self.commit()
         deadline = time.monotonic() + timeout_s
         with self._records_cond:
             while step not in self._records:
@@ -428,6 +459,7 @@ class Bridge:
         if self._closed:
             assert self._report is not None
             return self._report
+        self.commit()
         self._closed = True
         timeout = self.config.delivery.close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout

@@ -290,11 +290,21 @@ def test_env_overrides_win_over_file_values_and_create_sections() -> None:
         "OTEL_BRIDGE__PROMETHEUS__TLS__VERIFY": "false",
         "UNRELATED": "x",
     }
-    config = BridgeConfig.load({"prometheus": {"url": "http://file:9090"}}, environ=environ)
+    config = BridgeConfig.load({"prometheus": {"url": "auto"}}, environ=environ)
     assert config.prometheus.url == "http://env:9090"
     assert config.delivery.queue_size == 7
     assert config.scrape.targets == ["http://a:1/metrics", "http://b:2/metrics"]
     assert config.prometheus.tls.verify is False
+
+
+def test_explicit_url_in_the_config_wins_over_otel_bridge_prometheus_url() -> None:
+    environ = {"OTEL_BRIDGE_PROMETHEUS_URL": "http://env:9090"}
+    config = BridgeConfig.load({"prometheus": {"url": "http://file:9090"}}, environ=environ)
+    assert config.prometheus.url == "http://file:9090"
+    nested = BridgeConfig.load(
+        {"prometheus": {"url": "http://file:9090"}}, environ={"OTEL_BRIDGE__PROMETHEUS__URL": "http://o:1"}
+    )
+    assert nested.prometheus.url == "http://o:1"
 
 
 def test_env_override_does_not_modify_the_input_mapping() -> None:

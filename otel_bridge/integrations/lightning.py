@@ -1,0 +1,195 @@
+"""A PyTorch Lightning logger: ``Trainer(logger=OtelBridgeLogger(...))`` writes one otel-bridge record per step.
+
+::
+
+    from lightning.pytorch import Trainer
+    from otel_bridge.integrations.lightning import OtelBridgeLogger
+
+    logger = OtelBridgeLogger("otel-bridge.yaml")          # or a dict, a BridgeConfig, or a Bridge of your own
+    Trainer(max_steps=1000, logger=logger, log_every_n_steps=1).fit(model, data)
+
+Needs ``pip install 'otel-bridge[lightning]'``; importing this module without ``lightning`` raises
+:class:`~otel_bridge.errors.ConfigError`.
+
+**Records and windows.** Lightning calls ``log_metrics(metrics, step)`` every ``log_every_n_steps`` batches with the
+step's ``self.log(...)`` values. The first call for a step is that step's boundary
+(:meth:`Bridge.log <otel_bridge.Bridge.log>`): its record holds those values and the infrastructure's statistics
+from the previous call to now, i.e. the last ``log_every_n_steps`` batches. The first record of a run has no
+window start (gauges only). A Lightning logger gets no other call per step, so values Lightning logs *later* for a
+step already recorded cannot join its record: they are left out with a WARNING naming the step. That happens to
+validation metrics logged at the same step as the training batch before them, and, with ``on_epoch=True``
+metrics, to the step after an epoch's last batch (Lightning logs epoch metrics at the step the next epoch's first
+batch also uses; whichever comes first makes the record).
+
+**Ownership.** Given a configuration, the logger creates its Bridge on first use (``logger.bridge``,
+``logger.experiment``, the first ``log_metrics``/``log_hyperparams``), only on the process that logs, and closes it in
+``finalize()``. Given a :class:`~otel_bridge.Bridge`, it uses it and leaves closing to the caller. ``save()`` does
+nothing: records are written by the Bridge's worker thread as they are assembled.
+
+**Names and directories.** ``name`` is the run name (``run.name``, else ``otel-bridge-<UTC timestamp>`` fixed when
+the logger is created), ``version`` is ``""`` and ``save_dir`` is ``run.dir``, so Lightning's checkpoints go to
+``<run dir>/checkpoints``. ``log_hyperparams`` writes ``<run dir>/hparams.json``.
+
+**Multi-rank.** The logger acts on global rank 0 only (Lightning's ``rank_zero_only.rank``, set by the strategy):
+only there does it create a Bridge and write records; on the other ranks its calls do nothing. To export the other
+ranks' trainer instruments, build a Bridge on every rank with ``otel.prometheus`` / ``otel.otlp`` enabled and use
+its ``meter()``: ranks other than ``delivery.rank`` write to no tracker (see :mod:`otel_bridge.integrations`).
+"""
+
+from __future__ import annotations
+
+import logging
+from argparse import Namespace
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from otel_bridge.bridge import Bridge, DeliveryReport
+from otel_bridge.config import BridgeConfig, RunConfig
+from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.integrations import numeric_items, save_hyperparameters
+from otel_bridge.ratelimit import RateLimitedLogger
+
+try:
+    from lightning.fabric.loggers.logger import _DummyExperiment
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.utilities import rank_zero_only
+except ImportError as _err:  # pragma: no cover - exercised only without the extra
+    raise ConfigError(
+        f"otel_bridge.integrations.lightning needs lightning ({_err}); pip install 'otel-bridge[lightning]'"
+    ) from _err
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["OtelBridgeLogger"]
+
+
+def _rank_zero() -> bool:
+    """Whether this is global rank 0 as Lightning knows it (``rank_zero_only.rank``, set by the strategy)."""
+    return int(getattr(rank_zero_only, "rank", 0)) == 0
+
+
+class OtelBridgeLogger(Logger):  # type: ignore[misc, unused-ignore]  # Any when lightning is absent
+    """Lightning metrics and the infrastructure's per-step statistics in one record per step (see the module).
+
+    Args:
+        bridge: a configuration (YAML path, dict, :class:`~otel_bridge.BridgeConfig`, or ``None`` for defaults plus
+            ``OTEL_BRIDGE__...`` environment overrides), validated now, whose Bridge this logger creates and
+            closes; or a :class:`~otel_bridge.Bridge` the caller owns.
+        backends: extra backend objects for a Bridge this logger creates.
+
+    Raises :class:`~otel_bridge.errors.ConfigError` for an invalid configuration.
+    """
+
+    def __init__(
+        self,
+        bridge: Bridge | str | Path | Mapping[str, Any] | BridgeConfig | None = None,
+        *,
+        backends: Sequence[Backend] = (),
+    ) -> None:
+        super().__init__()
+        self._backends = tuple(backends)
+        self._bridge: Bridge | None
+        if isinstance(bridge, Bridge):
+            if backends:
+                raise ConfigError("OtelBridgeLogger: `backends` apply to a Bridge it creates, not to one passed in")
+            self._bridge, self._owns = bridge, False
+            self._config = bridge.config
+            self._run_dir = bridge.run_dir
+        else:
+            config = BridgeConfig.load(bridge)
+            if config.run.name is None:
+                name = datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S")
+                config = config.model_copy(update={"run": RunConfig(name=name, dir=config.run.dir)})
+            assert config.run.name is not None
+            self._bridge, self._owns = None, True
+            self._config = config
+            self._run_dir = config.run.dir / config.run.name
+        self._warn = RateLimitedLogger(_log, self._config.delivery.warn_interval_s)
+        self._last: int | None = None
+
+    # -- Lightning's Logger properties ---------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The run name."""
+        return self._run_dir.name
+
+    @property
+    def version(self) -> str:
+        """Empty: one run directory per run (checkpoints go to ``<run dir>/checkpoints``)."""
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        """The parent of the run directory (``run.dir``)."""
+        return str(self._run_dir.parent)
+
+    @property
+    def root_dir(self) -> str:
+        """The run directory."""
+        return str(self._run_dir)
+
+    @property
+    def log_dir(self) -> str:
+        """The run directory."""
+        return str(self._run_dir)
+
+    @property
+    def bridge(self) -> Bridge:
+        """The Bridge (created on first use when this logger owns it; call it on the logging rank only)."""
+        if self._bridge is None:
+            self._bridge = Bridge.from_config(self._config, backends=self._backends)
+        return self._bridge
+
+    @property
+    def experiment(self) -> Any:
+        """Lightning's convention: the Bridge on global rank 0, a stand-in that accepts any call elsewhere."""
+        return self.bridge if _rank_zero() else _DummyExperiment()
+
+    # -- logging -------------------------------------------------------------------------------------------------
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Record ``metrics`` for ``step`` (the next step after the last one when ``None``); see the module for
+        windows and for values of a step already recorded. Does nothing on ranks other than global rank 0."""
+        if not _rank_zero():
+            return
+        numbers, skipped = numeric_items(metrics)
+        if skipped:
+            _log.debug("otel-bridge: non-numeric metrics left out: %s", skipped)
+        if step is None:
+            step = 0 if self._last is None else self._last + 1
+        if self._last is not None and step <= self._last:
+            self._warn.warning(
+                f"late:{step}",
+                "otel-bridge: Lightning logged %s for step %d after step %d was recorded; they are left out (a "
+                "Lightning logger cannot reopen a step's record)",
+                sorted(numbers),
+                step,
+                self._last,
+            )
+            return
+        bridge = self.bridge
+        self._last = step
+        try:
+            bridge.log(numbers, step=step)
+        except (StepOrderError, BridgeClosedError) as err:
+            self._warn.warning(f"deliver:{type(err).__name__}", "otel-bridge: step %d is not recorded: %s", step, err)
+
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        """Merge ``params`` into ``<run dir>/hparams.json`` (on global rank 0)."""
+        if _rank_zero():
+            save_hyperparameters(self.bridge, params)
+
+    def save(self) -> None:
+        """Nothing to do: the Bridge writes each record as soon as it is assembled."""
+
+    def finalize(self, status: str) -> None:
+        """Close the Bridge if this logger created it (delivering every pending record)."""
+        if not self._owns or self._bridge is None or not _rank_zero():
+            return
+        report: DeliveryReport = self._bridge.close()
+        if not report.complete:
+            _log.warning("otel-bridge: run %s ended (%s) with undelivered records: %s", self.name, status, report)

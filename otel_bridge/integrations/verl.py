@@ -1,0 +1,318 @@
+"""A drop-in for verl's ``verl.utils.tracking.Tracking``: the same constructor and ``log(data, step)``, one
+otel-bridge record per step with the rollout servers' metrics of that step beside the trainer's.
+
+::
+
+    from otel_bridge.integrations.verl import Tracking
+
+    logger = Tracking(
+        project_name="gsm8k-ppo",
+        experiment_name="qwen-0.5b",
+        default_backend=["console", "tensorboard"],     # verl's trainer.logger
+        config=trainer_config,                            # verl's full config (dict / OmegaConf)
+        bridge_config="otel-bridge.yaml",                 # where the rollout servers are, which metrics
+    )
+    for step in range(1, total_steps + 1):
+        metrics = ppo_step()                              # {"actor/pg_loss": ..., "critic/score/mean": ...}
+        logger.log(data=metrics, step=step)               # the step's window: previous log() -> now
+    logger.finish()                                       # delivers what is pending, closes the trackers
+
+verl's own trainer builds ``Tracking`` inside ``RayPPOTrainer.fit()`` from ``verl.utils.tracking``; call
+:func:`patch_verl` before ``fit()`` to make it build this one instead.
+
+**Backend names.** ``default_backend`` takes verl's names: ``console``, ``tensorboard``, ``wandb`` (and the
+deprecated ``tracking``), ``mlflow``, ``trackio``, plus otel-bridge's ``jsonl``, each mapped to the otel-bridge tracker
+of the same kind when that tracker exists in this installation (:func:`supported_backends`). verl's ``project_name``
+and ``experiment_name`` become the wandb project/name, the MLflow experiment/run name and the trackio project/name;
+``tensorboard`` writes to ``$TENSORBOARD_DIR`` when it is set (as verl does), else ``<run dir>/tensorboard``. verl
+backends otel-bridge has no tracker for (``swanlab``, ``vemlp_wandb``, ``clearml``) raise
+:class:`~otel_bridge.errors.ConfigError` listing the supported names. Trackers listed under ``trackers`` in the
+bridge config are kept, and take precedence over a ``default_backend`` name of the same kind.
+
+**Run directory.** Unless the bridge config sets them, ``run.name`` is the experiment name and ``run.dir`` is
+``<run.dir>/<project name>`` (characters other than letters, digits, ``.``, ``_`` and ``-`` become ``-``). verl's
+``config`` (the hyperparameters) is written to ``<run dir>/hparams.json`` and handed to wandb as its run config.
+
+**Windows.** ``log(data, step)`` is the step's boundary: its window runs from the previous ``log()`` to now, as verl
+calls it once per step after the step's work. The first call has no window start, so its record carries gauges only;
+verl's trainer makes that call for the validation before training (step 0), so every training step has a complete
+window. :meth:`Tracking.step` opens an explicit window (``with logger.step(n): ...``) for loops that want the first
+step complete too. Steps must increase: a second ``log()`` for a step already recorded raises
+:class:`~otel_bridge.errors.StepOrderError`. Values that are not numbers (tables, strings) are skipped with a
+warning.
+
+**Multi-rank.** verl's single controller creates ``Tracking`` on the driver process only, which delivers. If it is
+created in a process whose rank (``otel.rank``, else ``$RANK``) is not ``delivery.rank``, that process writes
+nothing to trackers and queries no infrastructure (see :mod:`otel_bridge.integrations`).
+
+**Closing.** There is no ``__del__``: call :meth:`Tracking.finish` (or use ``with Tracking(...) as logger``).
+verl's trainer does not call ``finish()``; :func:`patch_verl` therefore creates trackers with ``close_at_exit=True``,
+which closes them from an ``atexit`` hook.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from otel_bridge.bridge import Bridge, DeliveryReport
+from otel_bridge.config import BridgeConfig, RunConfig, TrackerConfig
+from otel_bridge.errors import ConfigError
+from otel_bridge.exporters.backends.base import BACKENDS, Backend
+from otel_bridge.integrations import plain, save_hyperparameters
+from otel_bridge.ratelimit import RateLimitedLogger
+
+_log = logging.getLogger(__name__)
+
+BridgeConfigSource = str | Path | Mapping[str, Any] | BridgeConfig | None
+"""What :meth:`Bridge.from_config <otel_bridge.Bridge.from_config>` accepts."""
+
+VERL_BACKENDS: Final[Mapping[str, str]] = {
+    "console": "console",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "tracking": "wandb",
+    "mlflow": "mlflow",
+    "trackio": "trackio",
+    "jsonl": "jsonl",
+}
+"""verl backend name (plus otel-bridge's ``jsonl``) -> otel-bridge tracker kind."""
+
+UNSUPPORTED_VERL_BACKENDS: Final = ("swanlab", "vemlp_wandb", "clearml")
+"""verl backends that otel-bridge has no tracker for."""
+
+_UNSAFE_RUN_CHARS: Final = re.compile(r"[^A-Za-z0-9._\-]+")
+
+
+def supported_backends() -> list[str]:
+    """The ``default_backend`` names this installation accepts (those whose otel-bridge tracker exists)."""
+    return sorted(name for name, kind in VERL_BACKENDS.items() if kind in BACKENDS)
+
+
+def _safe_name(name: str) -> str:
+    return _UNSAFE_RUN_CHARS.sub("-", name).strip("-") or "run"
+
+
+def verl_trackers(
+    default_backend: str | Sequence[str], project_name: str, experiment_name: str, config: Any = None
+) -> list[TrackerConfig]:
+    """The otel-bridge trackers for verl's ``default_backend`` names (in order, each kind once).
+
+    Raises :class:`ConfigError` for a name otel-bridge has no tracker for, listing the supported names.
+    """
+    names = [default_backend] if isinstance(default_backend, str) else list(default_backend)
+    supported = supported_backends()
+    trackers: list[TrackerConfig] = []
+    kinds: set[str] = set()
+    for name in names:
+        kind = VERL_BACKENDS.get(name)
+        if kind is None or kind not in BACKENDS:
+            why = "verl backend with no otel-bridge tracker" if name in UNSUPPORTED_VERL_BACKENDS else "unknown backend"
+            raise ConfigError(
+                f"default_backend {name!r}: {why}; supported: {', '.join(supported)} "
+                "(other trackers can be added under `trackers` in the bridge config)"
+            )
+        if kind in kinds:
+            continue
+        kinds.add(kind)
+        trackers.append(TrackerConfig(type=kind, **_tracker_options(kind, project_name, experiment_name, config)))
+    return trackers
+
+
+def _tracker_options(kind: str, project_name: str, experiment_name: str, config: Any) -> dict[str, Any]:
+    if kind == "wandb":
+        options: dict[str, Any] = {"project": project_name, "name": experiment_name}
+        hparams = plain(config) if config is not None else None
+        if isinstance(hparams, dict) and hparams:
+            options["config"] = hparams
+        return options
+    if kind == "mlflow":  # verl: "project_name is actually experiment_name in MLflow"
+        return {"experiment": project_name, "run_name": experiment_name}
+    if kind == "trackio":
+        return {"project": project_name, "name": experiment_name}
+    if kind == "tensorboard" and os.environ.get("TENSORBOARD_DIR"):
+        return {"logdir": str(Path(os.environ["TENSORBOARD_DIR"]).absolute())}
+    return {}
+
+
+def verl_bridge_config(
+    bridge_config: BridgeConfigSource,
+    *,
+    project_name: str,
+    experiment_name: str,
+    default_backend: str | Sequence[str],
+    config: Any = None,
+) -> BridgeConfig:
+    """The bridge configuration :class:`Tracking` runs with: ``bridge_config`` (with env overrides) plus the
+    trackers of ``default_backend`` and verl's run naming, where ``bridge_config`` does not set them."""
+    loaded = BridgeConfig.load(bridge_config)
+    explicit = list(loaded.trackers) if "trackers" in loaded.model_fields_set else []
+    explicit_kinds = {tracker.type for tracker in explicit}
+    mapped = verl_trackers(default_backend, project_name, experiment_name, config)
+    trackers = explicit + [tracker for tracker in mapped if tracker.type not in explicit_kinds]
+    run_set = loaded.run.model_fields_set
+    run = RunConfig(
+        name=loaded.run.name if "name" in run_set else _safe_name(experiment_name),
+        dir=loaded.run.dir if "dir" in run_set else loaded.run.dir / _safe_name(project_name),
+    )
+    return loaded.model_copy(update={"trackers": trackers, "run": run})
+
+
+class Tracking:
+    """verl's ``Tracking`` interface on an otel-bridge :class:`~otel_bridge.Bridge` (see the module docstring).
+
+    Args:
+        project_name: verl's ``trainer.project_name``.
+        experiment_name: verl's ``trainer.experiment_name``.
+        default_backend: verl's ``trainer.logger``: one name or a list (:func:`supported_backends`).
+        config: verl's configuration (hyperparameters), written to ``<run dir>/hparams.json``.
+        bridge_config: the bridge configuration (YAML path, dict, :class:`~otel_bridge.BridgeConfig`, or ``None``
+            for defaults plus ``OTEL_BRIDGE__...`` environment overrides): rollout servers, metrics, naming.
+        backends: extra backend objects (see :meth:`Bridge.from_config <otel_bridge.Bridge.from_config>`).
+        close_at_exit: also close from an ``atexit`` hook, for callers that never call :meth:`finish`.
+
+    Raises :class:`~otel_bridge.errors.ConfigError` (and the Bridge's start-up errors) at once when the
+    configuration cannot work.
+    """
+
+    supported_backend: Final[tuple[str, ...]] = tuple(supported_backends())
+    """verl's class attribute: the accepted ``default_backend`` names."""
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        default_backend: str | Sequence[str] = "console",
+        config: Any = None,
+        *,
+        bridge_config: BridgeConfigSource = None,
+        backends: Sequence[Backend] = (),
+        close_at_exit: bool = False,
+    ) -> None:
+        self.project_name = project_name
+        self.experiment_name = experiment_name
+        self.config = config
+        resolved = verl_bridge_config(
+            bridge_config,
+            project_name=project_name,
+            experiment_name=experiment_name,
+            default_backend=default_backend,
+            config=config,
+        )
+        self.bridge = Bridge.from_config(resolved, backends=backends)
+        self._warn = RateLimitedLogger(_log, resolved.delivery.warn_interval_s)
+        self._at_exit = close_at_exit
+        if close_at_exit:
+            atexit.register(self.finish)
+        try:
+            if config is not None:
+                save_hyperparameters(self.bridge, config)
+        except BaseException:
+            self.finish()
+            raise
+
+    @property
+    def logger(self) -> dict[str, Backend]:
+        """verl's ``Tracking.logger``: backend name -> backend (the trackers records are written to)."""
+        return {backend.name: backend for backend in self.bridge.backends}
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's files go."""
+        return self.bridge.run_dir
+
+    def log(self, data: Mapping[str, Any], step: int, backend: str | Sequence[str] | None = None) -> None:
+        """Record verl's metrics ``data`` for ``step`` (the step's boundary, unless inside :meth:`step`).
+
+        ``backend`` is accepted for verl compatibility; otel-bridge writes one record per step to every tracker, so
+        a ``backend`` that leaves some out is ignored with a warning.
+        """
+        if backend is not None:
+            wanted = {backend} if isinstance(backend, str) else set(backend)
+            if not set(self.logger) <= {VERL_BACKENDS.get(name, name) for name in wanted}:
+                self._warn.warning(
+                    "backend-filter",
+                    "Tracking.log(backend=%r): otel-bridge writes each step's record to every tracker (%s)",
+                    backend,
+                    ", ".join(self.logger),
+                )
+        self.bridge.log(data, step=step)
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """An explicit window for ``step``: the time spent in the ``with`` block (``log(data, step)`` inside it joins
+        the same record). See :meth:`Bridge.step <otel_bridge.Bridge.step>`."""
+        with self.bridge.step(step):
+            yield
+
+    def finish(self) -> DeliveryReport:
+        """Deliver every pending step and close the trackers (closing twice returns the same report)."""
+        if self._at_exit:
+            atexit.unregister(self.finish)
+            self._at_exit = False
+        return self.bridge.close()
+
+    close = finish
+
+    def __enter__(self) -> Tracking:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.finish()
+
+    def __repr__(self) -> str:
+        return (
+            f"Tracking(project_name={self.project_name!r}, experiment_name={self.experiment_name!r}, {self.bridge!r})"
+        )
+
+
+def patch_verl(bridge_config: BridgeConfigSource = None, *, module: str = "verl.utils.tracking") -> Callable[[], None]:
+    """Make verl build otel-bridge's :class:`Tracking` (with ``bridge_config``) wherever it imports
+    ``Tracking`` from ``verl.utils.tracking`` after this call, as ``RayPPOTrainer.fit()`` does.
+
+    The trackers it creates close from an ``atexit`` hook (verl never calls ``finish()``). Returns a function that
+    restores verl's own class. Raises :class:`ConfigError` when verl is not installed.
+    """
+    try:
+        target: Any = importlib.import_module(module)
+    except ImportError as err:
+        raise ConfigError(f"patch_verl() needs verl ({module} cannot be imported: {err}); pip install verl") from err
+    original = target.Tracking
+
+    class _PatchedTracking(Tracking):
+        def __init__(
+            self,
+            project_name: str,
+            experiment_name: str,
+            default_backend: str | Sequence[str] = "console",
+            config: Any = None,
+            **kwargs: Any,
+        ) -> None:
+            if kwargs:
+                _log.warning("otel-bridge Tracking ignores verl arguments it does not know: %s", sorted(kwargs))
+            super().__init__(
+                project_name,
+                experiment_name,
+                default_backend,
+                config,
+                bridge_config=bridge_config,
+                close_at_exit=True,
+            )
+
+    _PatchedTracking.__name__ = _PatchedTracking.__qualname__ = "Tracking"
+    target.Tracking = _PatchedTracking
+
+    def restore() -> None:
+        target.Tracking = original
+
+    return restore

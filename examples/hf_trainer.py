@@ -3,7 +3,9 @@ optimizer step: the Trainer's logs (``train/loss``, ``train/grad_norm``, ``train
 simulated vLLM rollout servers did during that step (``rollout/vllm/...``).
 
 Think of an online-distillation or RL job whose batches come from vLLM: here the model is a two-layer regressor built
-in code, the data random and in memory, and each batch waits a little as if its samples were being generated.
+in code, the data random and in memory, and each optimizer step first waits a little as if its samples were being
+generated (inside the step's window, which runs from ``on_step_begin`` to ``on_step_end``). The model is evaluated at
+the last step; ``eval/loss`` joins that step's record.
 
     pip install 'otel-bridge[huggingface,tensorboard]'
     python examples/hf_trainer.py --steps 5 --out runs
@@ -21,7 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainingArguments
 
 from otel_bridge import Bridge
 from otel_bridge.demo import simulated_rollout_servers
@@ -30,7 +32,7 @@ from otel_bridge.integrations.huggingface import OtelBridgeCallback
 _log = logging.getLogger("examples.hf_trainer")
 
 ROLLOUT_WAIT_S = 0.05
-"""How long each batch waits for its (simulated) generations."""
+"""How long each optimizer step waits for its (simulated) generations."""
 FEATURES = 16
 
 
@@ -58,10 +60,14 @@ def random_dataset(size: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     return [{"x": x[i], "labels": y[i]} for i in range(size)]
 
 
-def collate_rollouts(features: list[dict[str, Any]]) -> dict[str, Any]:
-    """Batch the samples, after waiting for them as if vLLM were generating them."""
-    time.sleep(ROLLOUT_WAIT_S)
-    return default_data_collator(features)
+class RolloutTrainer(Trainer):  # type: ignore[misc, unused-ignore]  # Any when transformers is untyped
+    """A Trainer whose training micro-batches first wait for their (simulated) generations, inside the step."""
+
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Wait as if vLLM were generating the batch's samples, then take the usual training step."""
+        time.sleep(ROLLOUT_WAIT_S)
+        loss: torch.Tensor = super().training_step(*args, **kwargs)
+        return loss
 
 
 def main(out_dir: Path, steps: int) -> Path:
@@ -83,6 +89,9 @@ def main(out_dir: Path, steps: int) -> Path:
                 per_device_train_batch_size=8,
                 learning_rate=1e-2,
                 logging_steps=1,
+                eval_strategy="steps",
+                eval_steps=steps,
+                per_device_eval_batch_size=8,
                 save_strategy="no",
                 report_to="none",
                 use_cpu=True,
@@ -91,11 +100,11 @@ def main(out_dir: Path, steps: int) -> Path:
                 dataloader_num_workers=0,
                 seed=0,
             )
-            trainer = Trainer(
+            trainer = RolloutTrainer(
                 model=TinyRegressor(),
                 args=args,
                 train_dataset=random_dataset(8 * steps),
-                data_collator=collate_rollouts,
+                eval_dataset=random_dataset(16, seed=1),
                 callbacks=[OtelBridgeCallback(bridge)],
             )
             trainer.train()

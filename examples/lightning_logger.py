@@ -1,6 +1,7 @@
 """A tiny LightningModule trained on the CPU with ``OtelBridgeLogger``: one record per step with the module's
 ``self.log(...)`` values (``train/loss``) beside what two simulated vLLM rollout servers did during that step
-(``rollout/vllm/...``).
+(``rollout/vllm/...``). The epoch's mean loss (``train/epoch_loss``, logged with ``on_epoch=True``) reaches the logger
+after the epoch's last batch, at that batch's step: it joins that step's record.
 
     pip install 'otel-bridge[lightning,tensorboard]'
     python examples/lightning_logger.py --steps 5 --out runs
@@ -51,6 +52,7 @@ class TinyRegressor(LightningModule):
         loss = nn.functional.mse_loss(self(x), y)
         self.log("train/loss", loss)
         self.log("train/batch_size", float(len(x)))
+        self.log("train/epoch_loss", loss, on_step=False, on_epoch=True)
         return loss
 
     def configure_optimizers(self) -> Any:

@@ -1,8 +1,10 @@
 """A verl-style PPO loop logging through otel-bridge's drop-in ``Tracking``, against two simulated vLLM servers.
 
 Every step's record holds the trainer's verl-style metrics (``actor/pg_loss``, ``critic/score/mean``,
-``timing_s/gen``, ...) beside what the rollout servers did during that step (``rollout/vllm/...``). The computations
-are fake; the rollout servers are otel-bridge's simulated vLLM endpoints with a random background workload.
+``timing_s/gen``, ...) beside what the rollout servers did during that step (``rollout/vllm/...``). Validation metrics
+(``val-core/...``) are logged by a separate ``log()`` call for the same step, as verl recipes do: they join that step's
+record. The computations are fake; the rollout servers are otel-bridge's simulated vLLM endpoints with a random
+background workload.
 
     python examples/verl_tracking.py --steps 10 --out runs
 
@@ -62,8 +64,14 @@ def fake_ppo_step(step: int, rng: random.Random) -> dict[str, float]:
     }
 
 
-def main(out_dir: Path, steps: int) -> Path:
-    """Run ``steps`` PPO steps (after a validation at step 0, as verl does) and return the run directory."""
+def fake_validation(step: int) -> dict[str, float]:
+    """The validation metrics verl logs (``val-core/<data source>/<reward>/mean@<n>``), with fake numbers."""
+    return {"val-core/gsm8k/reward/mean@1": 0.1 + 0.8 * (1.0 - math.exp(-step / 4.0))}
+
+
+def main(out_dir: Path, steps: int, test_freq: int = 2) -> Path:
+    """Run ``steps`` PPO steps (after a validation at step 0, as verl does; again every ``test_freq`` steps and at
+    the last step) and return the run directory."""
     rng = random.Random(0)
     config = ppo_config()
     with simulated_rollout_servers(2, seed=0, requests_per_s=40.0) as servers:
@@ -81,10 +89,12 @@ def main(out_dir: Path, steps: int) -> Path:
         )
         try:
             # verl validates before training and logs it at step 0: that call opens the first step's window.
-            tracking.log(data={"val-core/gsm8k/reward/mean@1": 0.1}, step=0)
+            tracking.log(data=fake_validation(0), step=0)
             for step in range(1, steps + 1):
                 metrics = fake_ppo_step(step, rng)
-                tracking.log(data=metrics, step=step)
+                tracking.log(data=metrics, step=step)  # the step's boundary
+                if step % test_freq == 0 or step == steps:
+                    tracking.log(data=fake_validation(step), step=step)  # same step: joins its record
         finally:
             report = tracking.finish()
         _log.info("delivered to %s: %s", ", ".join(tracking.logger) or "no tracker", report.complete)

@@ -19,10 +19,12 @@ tracker in step order.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
 import re
+import signal
 import threading
 import time
 from collections import OrderedDict
@@ -50,7 +52,7 @@ from otel_bridge.exporters.backends.base import Backend, create_backend
 from otel_bridge.exporters.delivery import DeliveryStatus
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
-from otel_bridge.health import Health
+from otel_bridge.health import NONFINITE_VALUES, Health
 from otel_bridge.meter_provider import build_extra_readers, build_resource
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
@@ -157,6 +159,8 @@ class Bridge:
         self._last_boundary: float | None = None
         self._closed = False
         self._report: DeliveryReport | None = None
+        atexit.register(self._close_at_exit)
+        _exit_on_sigterm()
         _log.info(
             "otel-bridge: run %s, %d producer(s), trackers %s",
             self.run_dir,
@@ -207,6 +211,7 @@ class Bridge:
                 cert_file=str(prom.tls.cert_file) if prom.tls.cert_file else None,
                 key_file=str(prom.tls.key_file) if prom.tls.key_file else None,
                 max_response_bytes=prom.max_response_bytes,
+                max_series=prom.max_series,
                 post_threshold_bytes=prom.post_threshold_bytes,
             )
             return [
@@ -359,10 +364,11 @@ class Bridge:
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record the trainer's metrics for ``step`` (verl's ``Tracking.log(data, step)`` shape).
 
-        While step ``step`` is open (inside ``with bridge.step(step)``) or just ended, the values join its record.
-        Otherwise this call is the step's boundary: its window runs from the previous boundary to now (the first one
-        has no start; see the README). Values must be numbers (ints, floats, numpy/torch scalars); others are skipped
-        with a warning.
+        While step ``step`` is open (inside ``with bridge.step(step)``) or its record is still open (the step ended
+        and no later step began), the values join its record. Otherwise this call is the step's boundary: its window
+        runs from the previous boundary to now (the first one has no start; see the README), and the record stays
+        open for more values of the same step until the next boundary, :meth:`commit`, :meth:`collect` or
+        :meth:`close`. Values must be numbers (ints, floats, numpy/torch scalars); others are skipped with a warning.
         """
         self._check_open()
         values = self._numbers(metrics, step)
@@ -380,7 +386,8 @@ class Bridge:
         self.commit()
         end = time.time()
         self._boundary(end)
-        self._enqueue(StepJob(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values))
+        self._pending = StepJob(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values)
+        self._last_step, self._last_boundary = step, end
 
     def _numbers(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
         values: dict[str, float] = {}
@@ -398,17 +405,13 @@ class Bridge:
                 )
                 continue
             if not math.isfinite(value):
+                self.health.count(NONFINITE_VALUES)
                 self._warn.warning(
                     f"nonfinite:{key}", "step %d: trainer metric %r is %s; it is not logged", step, key, value
                 )
                 continue
             values[str(key)] = value
         return values
-
-    def _enqueue(self, job: StepJob) -> None:
-        self._last_step = job.window.step
-        self._last_boundary = job.window.end
-        self._jobs.put(job)
 
     # -- delivery ----------------------------------------------------------------------------------------------------
 
@@ -461,6 +464,7 @@ class Bridge:
             return self._report
         self.commit()
         self._closed = True
+        atexit.unregister(self._close_at_exit)
         timeout = self.config.delivery.close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         self._jobs.close()
@@ -479,6 +483,14 @@ class Bridge:
         self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled))
         return self._report
 
+    def _close_at_exit(self) -> None:
+        """``atexit`` hook: deliver what is pending when the trainer exits without calling :meth:`close`."""
+        if self._open_step is not None:
+            self.end_step(self._open_step)
+        report = self.close()
+        if not report.complete:
+            _log.error("otel-bridge: at exit, not every record was delivered: %s", report)
+
     def _close_producers(self) -> None:
         for watcher in self._watchers:
             watcher.close()
@@ -496,6 +508,25 @@ class Bridge:
 
     def __repr__(self) -> str:
         return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
+
+
+def _raise_system_exit(signum: int, frame: object) -> None:
+    """SIGTERM handler installed by :func:`_exit_on_sigterm`: exit through ``SystemExit`` so cleanup runs."""
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit`` (so ``finally`` blocks and the ``atexit`` close run) when that is safe.
+
+    Only on the main thread and only when SIGTERM still has its default action: a handler the trainer (or its
+    framework) installed is never replaced. With the default action the process would die without delivering
+    the records of finished steps.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+        _log.debug("otel-bridge: SIGTERM now raises SystemExit so pending records are delivered before exit")
 
 
 def _rank(config: BridgeConfig) -> int:

@@ -7,12 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from otel_bridge.simulation.http import MetricsHTTPServer
 from otel_bridge.simulation.vllm import VLLMSimulator
 from tests.helpers.prometheus_server import PrometheusServer
 
 pytest_plugins = ["tests.ray_fixtures"]
+
+# Property tests explore the same examples on every run (deterministic suite); no per-example deadline on 2 cores.
+settings.register_profile("otel-bridge", derandomize=True, deadline=None, print_blob=True)
+settings.load_profile("otel-bridge")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm"  # copied from shared/fixtures/vllm (vLLM 0.32)
 

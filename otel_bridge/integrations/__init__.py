@@ -10,9 +10,16 @@ package) never pulls in torch, transformers or lightning:
 - :mod:`otel_bridge.integrations.lightning`: ``OtelBridgeLogger``, a ``lightning.pytorch.loggers.Logger``
   (``pip install 'otel-bridge[lightning]'``).
 
-Every adapter ends a step's window with :meth:`Bridge.log <otel_bridge.Bridge.log>`: the window of a record runs
-from the previous boundary to that call (each module's docstring says exactly when it makes the call). The first
-record of a run has no window start, so it carries gauges only (see the README, "The first step").
+**Windows and records.** Where the framework has hooks at the start and end of a step (Hugging Face's
+``on_step_begin`` / ``on_step_end``), the adapter marks the window with :meth:`Bridge.begin_step
+<otel_bridge.Bridge.begin_step>` / :meth:`Bridge.end_step <otel_bridge.Bridge.end_step>`: the window is the step
+itself. Where it only hands over metrics (verl's ``log(data, step)``, a Lightning ``Logger``), the first
+:meth:`Bridge.log <otel_bridge.Bridge.log>` for a step is its boundary: the window runs from the previous boundary to
+that call, and the first such record of a run has no window start (gauges only; see the README). Either way a step's
+record stays open after its window ends: values the framework logs later *for the same step* (evaluation, epoch
+metrics, the closing summary) join it, until the next step begins or the run ends. Values for a step whose record was
+already sent cannot join it: the adapters leave them out with a rate-limited WARNING and count them in the
+``otel_bridge/late_values`` health key (:data:`LATE_VALUES`) of the following records, so nothing disappears silently.
 
 Multi-rank runs: only the process whose rank is ``delivery.rank`` (rank from ``otel.rank``, else ``$RANK``, else 0)
 writes records to the trackers and queries the infrastructure. On the other ranks a Bridge keeps no trackers and no
@@ -21,8 +28,8 @@ instruments of every rank can still be exported with ``otel.prometheus`` (a ``/m
 Prometheus scrapes and aggregates) or ``otel.otlp`` (pushed to an OpenTelemetry Collector), with the resource
 attribute ``otel_bridge.rank`` telling the ranks apart.
 
-This package also holds what the adapters share: :func:`save_hyperparameters` (``<run dir>/hparams.json``) and
-:func:`numeric_items` (a framework's log dict reduced to its numbers).
+This package also holds what the adapters share: :func:`save_hyperparameters` (``<run dir>/hparams.json``),
+:func:`numeric_items` (a framework's log dict reduced to its numbers) and :func:`count_late_values`.
 """
 
 from __future__ import annotations
@@ -47,7 +54,17 @@ _log = logging.getLogger(__name__)
 HPARAMS_FILE: Final = "hparams.json"
 """File in the run directory that :func:`save_hyperparameters` writes (trackers receive metrics only)."""
 
-__all__ = ["HPARAMS_FILE", "numeric_items", "plain", "save_hyperparameters"]
+LATE_VALUES: Final = "otel_bridge/late_values"
+"""Health counter (cumulative, in every record once non-zero): values an adapter left out because the framework logged
+them for a step whose record had already been sent."""
+
+__all__ = ["HPARAMS_FILE", "LATE_VALUES", "count_late_values", "numeric_items", "plain", "save_hyperparameters"]
+
+
+def count_late_values(bridge: Bridge, count: int) -> None:
+    """Add ``count`` values left out for a closed step to the bridge's :data:`LATE_VALUES` health counter."""
+    if count:
+        bridge.health.count(LATE_VALUES, float(count))
 
 
 def plain(value: Any) -> Any:

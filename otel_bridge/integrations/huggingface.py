@@ -12,29 +12,35 @@
 Needs ``pip install 'otel-bridge[huggingface]'`` (transformers with torch and accelerate); importing this module
 without transformers raises :class:`~otel_bridge.errors.ConfigError`.
 
-**Records.** The record of step ``g`` (``state.global_step`` after the optimizer step) holds every number the
-Trainer logs for ``g`` (``on_log``: loss, grad_norm, learning_rate, eval metrics, the final train_runtime, ...) and
-the infrastructure's statistics over the step's window. Keys are renamed as the Trainer's wandb/TensorBoard
-integrations do (``loss`` -> ``train/loss``, ``eval_loss`` -> ``eval/loss``, ``test_x`` -> ``test/x``) unless
-``rewrite_keys=False``. Values that are not numbers are skipped.
+**Records.** The record of step ``g`` is the one the Trainer logs with ``state.global_step == g`` (the optimizer step
+counter after step ``g``'s update). It holds every number the Trainer logs for ``g`` (``on_log``: loss, grad_norm,
+learning_rate, eval metrics, the final train_runtime, ...) and the infrastructure's statistics over the step's
+window. Keys are renamed as the Trainer's wandb/TensorBoard integrations do (``loss`` -> ``train/loss``,
+``eval_loss`` -> ``eval/loss``, ``test_x`` -> ``test/x``) unless ``rewrite_keys=False``. Values that are not numbers
+are skipped.
 
-**Windows.** A ``with bridge.step()`` block cannot span callbacks, and the Trainer calls ``on_log`` for step ``g``
-*after* ``on_step_end``, so the callback delivers step ``g``'s record with :meth:`Bridge.log <otel_bridge.Bridge.log>`
-at the next ``on_step_begin`` (or at ``on_train_end``). The window of step ``g`` therefore runs from
-``on_step_begin`` of step ``g`` to ``on_step_begin`` of step ``g + 1``: the step itself plus its logging, evaluation
-and checkpointing, and the loading of the next batch. ``on_train_begin`` opens a record for the starting
-``global_step`` (0 for a new run; it also receives ``eval_on_start`` metrics), which ends at the first
-``on_step_begin``: it carries the servers' gauges before training and gives step 1 a complete window
-(``record_train_start=False`` leaves it out; step 1 then has no window start). :meth:`OtelBridgeCallback.flush`
-delivers a pending record by hand (e.g. after a stand-alone ``trainer.evaluate()``).
+**Windows.** ``on_step_begin`` calls :meth:`Bridge.begin_step(state.global_step + 1)
+<otel_bridge.Bridge.begin_step>` (the Trainer increments ``global_step`` just before ``on_step_end``) and
+``on_step_end`` calls :meth:`Bridge.end_step(state.global_step) <otel_bridge.Bridge.end_step>`: the window of step
+``g`` is the step itself (its forward/backward passes over every gradient-accumulation micro-batch and the optimizer
+update), not the logging, evaluation and checkpointing after it nor the loading of the next batch (the Trainer fetches
+a step's batches before ``on_step_begin``). The record stays open after ``on_step_end``: ``on_log`` calls
+:meth:`Bridge.log(numbers, step=state.global_step) <otel_bridge.Bridge.log>`, which joins it, and the record is sent
+when the next step begins or at ``on_train_end`` (also for end-of-epoch evaluation and the Trainer's closing summary,
+which it logs at the last step's number). ``on_train_begin`` begins a record for the starting ``global_step`` (0 for a
+new run), whose window runs to the first ``on_step_begin`` and which receives ``eval_on_start`` metrics; it carries the
+servers' state before training (``record_train_start=False`` leaves it out). Values logged for a step whose record was
+already sent (e.g. a stand-alone ``trainer.evaluate()`` after ``on_train_end``) are left out with a WARNING and counted
+in ``otel_bridge/late_values``; values logged when no record is open for their step start a record of their own
+(window: from the previous boundary to that call). :meth:`OtelBridgeCallback.flush` sends the open record by hand.
 
 **Multi-rank.** Only the process with ``state.is_world_process_zero`` calls the bridge; the others do nothing here
 (their Bridge, if ``$RANK`` is not ``delivery.rank``, writes to no tracker anyway; their OpenTelemetry instruments can
 still be exported with ``otel.prometheus`` / ``otel.otlp``).
 
-**Errors.** The callback never stops training: a record that cannot be delivered (a closed bridge, a step that is
-not after the bridge's last one, e.g. when one bridge is reused for a second ``Trainer``) is logged at WARNING and
-left out. The bridge belongs to the caller, who closes it.
+**Errors.** The callback never stops training: a step the bridge refuses (a closed bridge, a step that is not after
+the bridge's last one, e.g. when one bridge is reused for a second ``Trainer`` starting at step 0) is logged at
+WARNING and left out. The bridge belongs to the caller, who closes it.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from typing import Any, Final
 
 from otel_bridge.bridge import Bridge
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
-from otel_bridge.integrations import numeric_items, save_hyperparameters
+from otel_bridge.integrations import LATE_VALUES, count_late_values, numeric_items, save_hyperparameters
 from otel_bridge.ratelimit import RateLimitedLogger
 
 try:
@@ -103,58 +109,50 @@ class OtelBridgeCallback(TrainerCallback):  # type: ignore[misc, unused-ignore] 
         self.record_train_start = record_train_start
         self.save_training_args = save_training_args
         self._warn = RateLimitedLogger(_log, bridge.config.delivery.warn_interval_s)
-        self._pending: int | None = None
-        self._values: dict[str, Any] = {}
-        self._last: int | None = None
+        self._running: int | None = None
 
     @property
-    def pending_step(self) -> int | None:
-        """The step whose record is open (delivered at the next step's start), or ``None``."""
-        return self._pending
+    def running_step(self) -> int | None:
+        """The step whose window is running (begun by this callback and not yet ended), or ``None``."""
+        return self._running
 
-    # -- the record being assembled ------------------------------------------------------------------------------
+    # -- the bridge's step boundaries ----------------------------------------------------------------------------
 
-    def _open(self, step: int) -> bool:
-        """Make ``step`` the pending record (delivering an earlier one); ``False`` when it was already delivered."""
-        if self._pending == step:
-            return True
-        if self._pending is not None and self._pending > step:
-            self._warn.warning(
-                "step-backwards",
-                "otel-bridge: the Trainer is at step %d but step %d is open; its values are left out",
-                step,
-                self._pending,
-            )
-            return False
-        self.flush()
-        if self._last is not None and step <= self._last:
-            self._warn.warning(
-                f"late:{step}",
-                "otel-bridge: the Trainer logged values for step %d after its record was delivered; they are left out",
-                step,
-            )
-            return False
-        self._pending, self._values = step, {}
-        return True
+    def _refused(self, step: int, err: StepOrderError | BridgeClosedError) -> None:
+        self._warn.warning(f"refused:{type(err).__name__}", "otel-bridge: step %d is not recorded: %s", step, err)
+
+    def _begin(self, step: int) -> None:
+        """End the running window, if any, and begin the window of ``step`` (sending the previous record)."""
+        self._end()
+        try:
+            self.bridge.begin_step(step)
+        except (StepOrderError, BridgeClosedError) as err:
+            self._refused(step, err)
+        else:
+            self._running = step
+
+    def _end(self) -> None:
+        """End the running window; its record stays open for ``on_log``."""
+        if self._running is None:
+            return
+        step, self._running = self._running, None
+        try:
+            self.bridge.end_step(step)
+        except (StepOrderError, BridgeClosedError) as err:
+            self._refused(step, err)
 
     def flush(self) -> None:
-        """Deliver the pending record now (its window ends now). Does nothing when no record is open."""
-        if self._pending is None:
-            return
-        step, values = self._pending, self._values
-        self._pending, self._values = None, {}
-        self._last = step
-        try:
-            self.bridge.log(values, step=step)
-        except (StepOrderError, BridgeClosedError) as err:
-            self._warn.warning(f"deliver:{type(err).__name__}", "otel-bridge: step %d is not recorded: %s", step, err)
+        """Send the open record now (ending its window if it is still running); later values for its step are left
+        out. Does nothing when no record is open."""
+        self._end()
+        self.bridge.commit()
 
     # -- TrainerCallback events ----------------------------------------------------------------------------------
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Write the training arguments and open the record of the starting step."""
+        """Write the training arguments and begin the record of the starting step."""
         if not state.is_world_process_zero:
             return
         if self.save_training_args:
@@ -163,19 +161,28 @@ class OtelBridgeCallback(TrainerCallback):  # type: ignore[misc, unused-ignore] 
             except Exception as err:  # noqa: BLE001 - hyperparameters must not stop training
                 self._warn.warning("hparams", "otel-bridge: training arguments not saved: %s", err)
         if self.record_train_start:
-            self._open(state.global_step)
+            self._begin(state.global_step)
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """The previous step's window ends: deliver its record."""
+        """Begin the window of step ``state.global_step + 1`` (sending the previous step's record)."""
         if state.is_world_process_zero:
-            self.flush()
+            self._begin(state.global_step + 1)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        """Open the record of the step just taken (``state.global_step``); ``on_log`` adds to it."""
-        if state.is_world_process_zero:
-            self._open(state.global_step)
+        """End the window of the step just taken; its record stays open for ``on_log``."""
+        if not state.is_world_process_zero:
+            return
+        if self._running is not None and self._running != state.global_step:
+            self._warn.warning(
+                "step-mismatch",
+                "otel-bridge: the Trainer ended step %d but the window of step %d is running; it is recorded as %d",
+                state.global_step,
+                self._running,
+                self._running,
+            )
+        self._end()
 
     def on_log(
         self,
@@ -188,15 +195,32 @@ class OtelBridgeCallback(TrainerCallback):  # type: ignore[misc, unused-ignore] 
         """Add the logged numbers to the record of ``state.global_step``."""
         if not state.is_world_process_zero or not logs:
             return
+        step = state.global_step
         numbers, skipped = numeric_items(logs)
         if skipped:
-            _log.debug("otel-bridge: step %d: non-numeric log values left out: %s", state.global_step, skipped)
-        if numbers and self._open(state.global_step):
-            self._values.update(rewrite_logs(numbers) if self.rewrite_keys else numbers)
+            _log.debug("otel-bridge: step %d: non-numeric log values left out: %s", step, skipped)
+        if not numbers:
+            return
+        values = rewrite_logs(numbers) if self.rewrite_keys else numbers
+        try:
+            self.bridge.log(values, step=step)
+        except StepOrderError as err:
+            count_late_values(self.bridge, len(values))
+            self._warn.warning(
+                f"late:{step}",
+                "otel-bridge: the Trainer logged %s for step %d, whose record cannot take them (%s); they are left "
+                "out and counted in %s",
+                sorted(values),
+                step,
+                err,
+                LATE_VALUES,
+            )
+        except BridgeClosedError as err:
+            self._refused(step, err)
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Deliver the last record."""
+        """Send the last record (the bridge stays open: it belongs to the caller)."""
         if state.is_world_process_zero:
             self.flush()

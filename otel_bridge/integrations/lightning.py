@@ -12,19 +12,22 @@ Needs ``pip install 'otel-bridge[lightning]'``; importing this module without ``
 :class:`~otel_bridge.errors.ConfigError`.
 
 **Records and windows.** Lightning calls ``log_metrics(metrics, step)`` every ``log_every_n_steps`` batches with the
-step's ``self.log(...)`` values. The first call for a step is that step's boundary
-(:meth:`Bridge.log <otel_bridge.Bridge.log>`): its record holds those values and the infrastructure's statistics
-from the previous call to now, i.e. the last ``log_every_n_steps`` batches. The first record of a run has no
-window start (gauges only). A Lightning logger gets no other call per step, so values Lightning logs *later* for a
-step already recorded cannot join its record: they are left out with a WARNING naming the step. That happens to
-validation metrics logged at the same step as the training batch before them, and, with ``on_epoch=True``
-metrics, to the step after an epoch's last batch (Lightning logs epoch metrics at the step the next epoch's first
-batch also uses; whichever comes first makes the record).
+step's ``self.log(...)`` values, and again with validation and epoch-end metrics. A Lightning ``Logger`` gets no call
+when a step begins, so the first call for a step is that step's boundary (:meth:`Bridge.log
+<otel_bridge.Bridge.log>`): its window runs from the previous step's boundary to this call, i.e. the last
+``log_every_n_steps`` batches (and whatever ran between them, such as a validation loop). The first record of a run
+has no window start (gauges only). The record then stays open: later calls for the *same* step join it, until values
+for a later step arrive or the run ends (``finalize``). Lightning logs validation metrics (``val_check_interval``) and
+``on_epoch=True`` metrics at the step number of the training batch before them, so they land in that batch's record.
+Values for an *earlier* step, whose record was already sent, cannot join it: they are left out with a rate-limited
+WARNING naming the step and keys, and counted in the ``otel_bridge/late_values`` health key of the following records
+(:attr:`OtelBridgeLogger.late_values` has the running total). ``step=None`` means the step after the last one.
 
 **Ownership.** Given a configuration, the logger creates its Bridge on first use (``logger.bridge``,
 ``logger.experiment``, the first ``log_metrics``/``log_hyperparams``), only on the process that logs, and closes it in
-``finalize()``. Given a :class:`~otel_bridge.Bridge`, it uses it and leaves closing to the caller. ``save()`` does
-nothing: records are written by the Bridge's worker thread as they are assembled.
+``finalize()``. Given a :class:`~otel_bridge.Bridge`, it uses it, sends the open record in ``finalize()`` and leaves
+closing to the caller. ``save()`` does nothing: records are written by the Bridge's worker thread as they are
+assembled.
 
 **Names and directories.** ``name`` is the run name (``run.name``, else ``otel-bridge-<UTC timestamp>`` fixed when
 the logger is created), ``version`` is ``""`` and ``save_dir`` is ``run.dir``, so Lightning's checkpoints go to
@@ -49,7 +52,7 @@ from otel_bridge.bridge import Bridge, DeliveryReport
 from otel_bridge.config import BridgeConfig, RunConfig
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend
-from otel_bridge.integrations import numeric_items, save_hyperparameters
+from otel_bridge.integrations import LATE_VALUES, count_late_values, numeric_items, save_hyperparameters
 from otel_bridge.ratelimit import RateLimitedLogger
 
 try:
@@ -109,6 +112,12 @@ class OtelBridgeLogger(Logger):  # type: ignore[misc, unused-ignore]  # Any when
             self._run_dir = config.run.dir / config.run.name
         self._warn = RateLimitedLogger(_log, self._config.delivery.warn_interval_s)
         self._last: int | None = None
+        self._late = 0
+
+    @property
+    def late_values(self) -> int:
+        """How many values were left out because Lightning logged them for a step whose record was already sent."""
+        return self._late
 
     # -- Lightning's Logger properties ---------------------------------------------------------------------------
 
@@ -152,8 +161,9 @@ class OtelBridgeLogger(Logger):  # type: ignore[misc, unused-ignore]  # Any when
     # -- logging -------------------------------------------------------------------------------------------------
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Record ``metrics`` for ``step`` (the next step after the last one when ``None``); see the module for
-        windows and for values of a step already recorded. Does nothing on ranks other than global rank 0."""
+        """Record ``metrics`` for ``step`` (the step after the last one when ``None``): the step's boundary on its first
+        call, joining its open record afterwards; see the module for windows and for values of an earlier step. Does
+        nothing on ranks other than global rank 0."""
         if not _rank_zero():
             return
         numbers, skipped = numeric_items(metrics)
@@ -161,22 +171,33 @@ class OtelBridgeLogger(Logger):  # type: ignore[misc, unused-ignore]  # Any when
             _log.debug("otel-bridge: non-numeric metrics left out: %s", skipped)
         if step is None:
             step = 0 if self._last is None else self._last + 1
-        if self._last is not None and step <= self._last:
-            self._warn.warning(
-                f"late:{step}",
-                "otel-bridge: Lightning logged %s for step %d after step %d was recorded; they are left out (a "
-                "Lightning logger cannot reopen a step's record)",
-                sorted(numbers),
-                step,
-                self._last,
-            )
-            return
         bridge = self.bridge
-        self._last = step
+        if self._last is not None and step < self._last:
+            self._leave_out(bridge, numbers, step, f"step {self._last} was logged since")
+            return
         try:
             bridge.log(numbers, step=step)
-        except (StepOrderError, BridgeClosedError) as err:
+        except StepOrderError as err:
+            self._leave_out(bridge, numbers, step, str(err))
+        except BridgeClosedError as err:
             self._warn.warning(f"deliver:{type(err).__name__}", "otel-bridge: step %d is not recorded: %s", step, err)
+        if self._last is None or step > self._last:
+            self._last = step
+
+    def _leave_out(self, bridge: Bridge, numbers: Mapping[str, Any], step: int, why: str) -> None:
+        if not numbers:
+            return
+        self._late += len(numbers)
+        count_late_values(bridge, len(numbers))
+        self._warn.warning(
+            "late",
+            "otel-bridge: Lightning logged %s for step %d after its record was sent (%s); they are left out and "
+            "counted in %s",
+            sorted(numbers),
+            step,
+            why,
+            LATE_VALUES,
+        )
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         """Merge ``params`` into ``<run dir>/hparams.json`` (on global rank 0)."""
@@ -187,8 +208,11 @@ class OtelBridgeLogger(Logger):  # type: ignore[misc, unused-ignore]  # Any when
         """Nothing to do: the Bridge writes each record as soon as it is assembled."""
 
     def finalize(self, status: str) -> None:
-        """Close the Bridge if this logger created it (delivering every pending record)."""
-        if not self._owns or self._bridge is None or not _rank_zero():
+        """Send the open record; close the Bridge if this logger created it (delivering every pending record)."""
+        if self._bridge is None or not _rank_zero():
+            return
+        if not self._owns:
+            self._bridge.commit()
             return
         report: DeliveryReport = self._bridge.close()
         if not report.complete:

@@ -14,7 +14,9 @@ otel-bridge record per step with the rollout servers' metrics of that step besid
     )
     for step in range(1, total_steps + 1):
         metrics = ppo_step()                              # {"actor/pg_loss": ..., "critic/score/mean": ...}
-        logger.log(data=metrics, step=step)               # the step's window: previous log() -> now
+        logger.log(data=metrics, step=step)               # the step's window: previous step's log() -> now
+        if step % test_freq == 0:
+            logger.log(data=validate(), step=step)        # same step: joins the same record
     logger.finish()                                       # delivers what is pending, closes the trackers
 
 verl's own trainer builds ``Tracking`` inside ``RayPPOTrainer.fit()`` from ``verl.utils.tracking``; call
@@ -33,13 +35,15 @@ bridge config are kept, and take precedence over a ``default_backend`` name of t
 ``<run.dir>/<project name>`` (characters other than letters, digits, ``.``, ``_`` and ``-`` become ``-``). verl's
 ``config`` (the hyperparameters) is written to ``<run dir>/hparams.json`` and handed to wandb as its run config.
 
-**Windows.** ``log(data, step)`` is the step's boundary: its window runs from the previous ``log()`` to now, as verl
-calls it once per step after the step's work. The first call has no window start, so its record carries gauges only;
-verl's trainer makes that call for the validation before training (step 0), so every training step has a complete
-window. :meth:`Tracking.step` opens an explicit window (``with logger.step(n): ...``) for loops that want the first
-step complete too. Steps must increase: a second ``log()`` for a step already recorded raises
-:class:`~otel_bridge.errors.StepOrderError`. Values that are not numbers (tables, strings) are skipped with a
-warning.
+**Windows.** ``log(data, step)`` is the step's boundary: its window runs from the previous step's boundary to now,
+as verl calls it once per step after the step's work. The first call has no window start, so its record carries
+gauges only; verl's trainer makes that call for the validation before training (step 0), so every training step has a
+complete window. The record then stays open until a later step is logged (or :meth:`Tracking.finish`): another
+``log(more, step)`` for the *same* step, such as validation metrics logged apart from the training metrics, joins the
+same record instead of starting a new one (its time does not move the window). :meth:`Tracking.step` opens an
+explicit window (``with logger.step(n): ...``) for loops that want the first step complete too. Steps must not go
+back: ``log()`` for a step earlier than the last one logged raises :class:`~otel_bridge.errors.StepOrderError`.
+Values that are not numbers (tables, strings) are skipped with a warning.
 
 **Multi-rank.** verl's single controller creates ``Tracking`` on the driver process only, which delivers. If it is
 created in a process whose rank (``otel.rank``, else ``$RANK``) is not ``delivery.rank``, that process writes
@@ -230,7 +234,8 @@ class Tracking:
         return self.bridge.run_dir
 
     def log(self, data: Mapping[str, Any], step: int, backend: str | Sequence[str] | None = None) -> None:
-        """Record verl's metrics ``data`` for ``step`` (the step's boundary, unless inside :meth:`step`).
+        """Record verl's metrics ``data`` for ``step``: the step's boundary on the first call for ``step`` (unless
+        inside :meth:`step`); later calls for the same ``step`` join its record.
 
         ``backend`` is accepted for verl compatibility; otel-bridge writes one record per step to every tracker, so
         a ``backend`` that leaves some out is ignored with a warning.

@@ -65,8 +65,8 @@ _EOF_LINE_RE: Final = re.compile(r"\n[ \t\r]*+#[ \t]++EOF[ \t\r]*+(?=\n|\Z)")
 _LINE_HEAD_RE: Final = re.compile(r"\n[ \t\r]*+([^# \t\r\n][^{ \t\r\n]*+)")
 # Fast path over a run of lines: comments, blanks, and samples whose labels have no blanks or escapes (what
 # exporters write). Groups: (the whole line with its newline, name, label block, value).
-_SIMPLE_PAIR: Final = r'[a-zA-Z_][a-zA-Z0-9_]*+="[^"\\]*+"'
-_SIMPLE_PAIR_RE: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)="([^"\\]*+)"')
+_SIMPLE_PAIR: Final = r'[a-zA-Z_][a-zA-Z0-9_]*+="[^"\\\n]*+"'
+_SIMPLE_PAIR_RE: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)="([^"\\\n]*+)"')
 _SIMPLE_LINE_RE: Final = re.compile(
     r"(\n(?:[ \t]*+#[^\n]*+|[ \t\r]*+(?=\n|\Z)|[ \t]*+"
     rf"({_NAME})(?:\{{((?:{_SIMPLE_PAIR}(?:,{_SIMPLE_PAIR})*+,?+)?+)\}})?+"

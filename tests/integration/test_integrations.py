@@ -1,6 +1,7 @@
 """The framework integrations end to end: each example's loop runs for a few steps against simulated vLLM servers,
 then the trackers are read back (JSONL lines, TensorBoard events, hparams.json). Plus the adapters' edge cases:
-backend names, run naming, ranks, values logged for a step already recorded.
+backend names, run naming, ranks, windows (Hugging Face: the step itself), values logged later for the same step
+(they join its record) and for a step whose record was already sent (left out, warned, counted).
 
 The Hugging Face and Lightning tests are skipped when transformers / lightning are not installed.
 """
@@ -13,6 +14,7 @@ import json
 import logging
 import math
 import sys
+import time
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,10 +24,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge import Bridge, ConfigError
+from otel_bridge.errors import StepOrderError
 from otel_bridge.exporters.backends.base import BACKENDS
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import FIRST_STEP_NOTE
-from otel_bridge.integrations import HPARAMS_FILE, numeric_items, save_hyperparameters
+from otel_bridge.integrations import HPARAMS_FILE, LATE_VALUES, numeric_items, save_hyperparameters
 from otel_bridge.integrations.verl import Tracking, patch_verl, supported_backends, verl_trackers
 
 STEPS = 3
@@ -45,13 +48,27 @@ def read_tensorboard(logdir: Path) -> dict[str, dict[int, float]]:
     return {tag: {event.step: event.value for event in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
 
 
-def check_records(lines: list[dict[str, Any]], steps: list[int], trainer_keys: list[str]) -> None:
-    """One line per step, in order; each window starts where the previous one ended; trainer and infra keys."""
+def check_records(
+    lines: list[dict[str, Any]], steps: list[int], trainer_keys: list[str], *, log_driven: bool = True
+) -> None:
+    """One line per step, in order, with trainer and infra keys. Log-driven windows (``log`` is the boundary) are
+    contiguous and the first has no start; explicit windows (begin/end_step) all have a start, none before the
+    previous window's end."""
     assert [line["step"] for line in lines] == steps
-    assert lines[0]["window_start"] is None
-    assert lines[0]["_notes"] == [FIRST_STEP_NOTE]
+    if log_driven:
+        assert lines[0]["window_start"] is None
+        assert lines[0]["_notes"] == [FIRST_STEP_NOTE]
+    else:
+        assert all(line["window_start"] is not None for line in lines)
+        assert "_notes" not in lines[0]
+        assert COUNTER_KEY in lines[0]
+    for line in lines:
+        assert line["window_start"] is None or line["window_start"] <= line["time"]
     for previous, line in itertools.pairwise(lines):
-        assert line["window_start"] == previous["time"], "log-driven windows are contiguous"
+        if log_driven:
+            assert line["window_start"] == previous["time"], "log-driven windows are contiguous"
+        else:
+            assert line["window_start"] >= previous["time"], "explicit windows do not overlap"
         assert "_notes" not in line
         assert COUNTER_KEY in line, f"step {line['step']} lacks the counter statistics of its window"
     for line in lines:
@@ -113,9 +130,43 @@ def test_verl_example_records_in_jsonl_tensorboard_and_hparams(tmp_path: Path) -
     lines = read_jsonl(run_dir / "metrics.jsonl")
     check_records(lines, list(range(STEPS + 1)), ["actor/pg_loss", "critic/score/mean", "timing_s/gen"])
     assert lines[0]["val-core/gsm8k/reward/mean_1"] == 0.1, "verl's validation before training is step 0"
-    check_tensorboard(run_dir / "tensorboard", lines, ["actor/pg_loss", "critic/score/mean", COUNTER_KEY, GAUGE_KEY])
+    val_steps = [line["step"] for line in lines if "val-core/gsm8k/reward/mean_1" in line]
+    assert val_steps == [0, 2, 3], "a second log() for a step (test_freq=2 and the last step) joins its record"
+    check_tensorboard(
+        run_dir / "tensorboard",
+        lines,
+        ["actor/pg_loss", "critic/score/mean", "val-core/gsm8k/reward/mean_1", COUNTER_KEY, GAUGE_KEY],
+    )
     hparams = json.loads((run_dir / HPARAMS_FILE).read_text(encoding="utf-8"))
     assert hparams["algorithm"]["adv_estimator"] == "grpo"
+
+
+def test_verl_two_logs_for_one_step_make_one_record(tmp_path: Path) -> None:
+    bridge_config = {"run": {"name": "two", "dir": str(tmp_path)}}
+    with Tracking("p", "e", ["jsonl", "tensorboard"], bridge_config=bridge_config) as tracking:
+        tracking.log({"actor/loss": 1.0}, step=0)
+        tracking.log({"actor/loss": 0.9, "critic/score": 0.2}, step=1)  # training metrics: step 1's boundary
+        between = time.time()
+        tracking.log({"val-core/acc": 0.5}, step=1)  # validation, logged apart: joins step 1's record
+        tracking.log({"val-core/loss": 2.5, "actor/loss": 0.8}, step=1)  # a repeated key: the last value wins
+        tracking.log({"actor/loss": 0.7}, step=2)
+        with pytest.raises(StepOrderError, match="steps must increase"):
+            tracking.log({"actor/loss": 0.6}, step=1)
+        tracking.log({"val-core/acc": 0.6}, step=2)
+    lines = read_jsonl(tmp_path / "two" / "metrics.jsonl")
+    assert [line["step"] for line in lines] == [0, 1, 2]
+    assert {k: v for k, v in lines[1].items() if not k.startswith(("otel_bridge/", "time", "window"))} == {
+        "step": 1,
+        "actor/loss": 0.8,
+        "critic/score": 0.2,
+        "val-core/acc": 0.5,
+        "val-core/loss": 2.5,
+    }
+    assert lines[1]["window_start"] == lines[0]["time"]
+    assert lines[1]["time"] <= between, "the window ends at the step's first log(), later ones only add values"
+    assert lines[2]["window_start"] == lines[1]["time"]
+    assert (lines[2]["actor/loss"], lines[2]["val-core/acc"]) == (0.7, 0.6)
+    check_tensorboard(tmp_path / "two" / "tensorboard", lines, ["actor/loss", "critic/score", "val-core/acc"])
 
 
 def test_verl_backend_names_map_to_trackers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -226,9 +277,13 @@ def test_hf_example_records_in_jsonl_and_hparams(tmp_path: Path) -> None:
     run_dir = main(tmp_path, STEPS)
 
     lines = read_jsonl(run_dir / "metrics.jsonl")
-    check_records(lines, list(range(STEPS + 1)), ["train/loss", "train/grad_norm", "train/learning_rate"])
+    check_records(
+        lines, list(range(STEPS + 1)), ["train/loss", "train/grad_norm", "train/learning_rate"], log_driven=False
+    )
+    assert "train/loss" not in lines[0], "step 0 is the record of the start of training"
+    assert [line["step"] for line in lines if "eval/loss" in line] == [STEPS], "evaluation joins its step's record"
     assert "train/train_runtime" in lines[-1], "the Trainer's closing log joins the last step's record"
-    check_tensorboard(run_dir / "tensorboard", lines, ["train/loss", COUNTER_KEY])
+    check_tensorboard(run_dir / "tensorboard", lines, ["train/loss", "eval/loss", COUNTER_KEY])
     hparams = json.loads((run_dir / HPARAMS_FILE).read_text(encoding="utf-8"))
     assert hparams["max_steps"] == STEPS
 
@@ -237,7 +292,8 @@ def hf_state(global_step: int, zero: bool = True) -> types.SimpleNamespace:
     return types.SimpleNamespace(global_step=global_step, is_world_process_zero=zero)
 
 
-def test_hf_callback_records_ranks_and_late_values(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_hf_callback_windows_ranks_and_late_values(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The Trainer's event order: step g begins at global_step g-1, ends (and logs) at global_step g."""
     pytest.importorskip("transformers")
     from otel_bridge.integrations.huggingface import OtelBridgeCallback
 
@@ -248,24 +304,68 @@ def test_hf_callback_records_ranks_and_late_values(tmp_path: Path, caplog: pytes
         for event in ("on_train_begin", "on_step_begin", "on_step_end", "on_train_end"):
             getattr(other_rank, event)(args, hf_state(1, zero=False), None)
         other_rank.on_log(args, hf_state(1, zero=False), None, logs={"loss": 1.0})
-        assert other_rank.pending_step is None
+        assert other_rank.running_step is None
 
         callback = OtelBridgeCallback(bridge)
         callback.on_train_begin(args, hf_state(0), None)
+        assert callback.running_step == 0
         callback.on_log(args, hf_state(0), None, logs={"eval_loss": 3.0})  # eval_on_start
+        before_begin = time.time()
         callback.on_step_begin(args, hf_state(0), None)
+        assert callback.running_step == 1
+        after_begin = time.time()
         callback.on_step_end(args, hf_state(1), None)
+        after_end = time.time()
         callback.on_log(args, hf_state(1), None, logs={"loss": 2.0, "test_acc": 0.5, "note": "text"})
+        callback.on_log(args, hf_state(1), None, logs={"eval_loss": 1.0})  # end-of-epoch evaluation, same step
         callback.on_step_begin(args, hf_state(1), None)
         with caplog.at_level(logging.WARNING, logger="otel_bridge.integrations.huggingface"):
-            callback.on_log(args, hf_state(1), None, logs={"eval_loss": 1.5})
-        callback.on_train_end(args, hf_state(1), None)
+            callback.on_log(args, hf_state(1), None, logs={"eval_loss": 1.5})  # step 1's record was sent
+        callback.on_step_end(args, hf_state(2), None)
+        callback.on_log(args, hf_state(2), None, logs={"train_runtime": 9.0})
+        callback.on_train_end(args, hf_state(2), None)
+        assert callback.running_step is None
+        bridge.collect(2)
+    records = {record.step: record for record in memory.records}
     assert [(r.step, trainer_values(r)) for r in memory.records] == [
         (0, {"eval/loss": 3.0}),
-        (1, {"train/loss": 2.0, "test/acc": 0.5}),
+        (1, {"train/loss": 2.0, "test/acc": 0.5, "eval/loss": 1.0}),
+        (2, {"train/train_runtime": 9.0}),
     ]
-    assert "after its record was delivered" in caplog.text
+    first = records[1]
+    assert first.window_start is not None
+    assert before_begin <= first.window_start <= after_begin, "the window starts at on_step_begin"
+    assert after_begin <= first.time <= after_end, "the window ends at on_step_end, before on_log's values arrive"
+    assert records[0].window_start is not None, "the record of the start of training has a window"
+    assert before_begin <= records[0].time <= first.window_start
+    assert records[2].window_start is not None
+    assert records[2].window_start >= after_end
+    assert "['eval/loss'] for step 1, whose record cannot take them" in caplog.text
+    assert records[2].values[LATE_VALUES] == 1.0
     assert json.loads((bridge.run_dir / HPARAMS_FILE).read_text(encoding="utf-8")) == {"lr": 0.1}
+
+
+def test_hf_callback_on_a_reused_bridge_leaves_refused_steps_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("transformers")
+    from otel_bridge.integrations.huggingface import OtelBridgeCallback
+
+    args = types.SimpleNamespace(to_dict=lambda: {})
+    bridge, memory = memory_bridge(tmp_path)
+    with bridge:
+        bridge.log({"x": 1.0}, step=5)
+        callback = OtelBridgeCallback(bridge, record_train_start=False, save_training_args=False)
+        with caplog.at_level(logging.WARNING, logger="otel_bridge.integrations.huggingface"):
+            callback.on_train_begin(args, hf_state(0), None)
+            callback.on_step_begin(args, hf_state(0), None)  # step 1 after step 5: refused
+            assert callback.running_step is None
+            callback.on_step_end(args, hf_state(1), None)
+            callback.on_log(args, hf_state(1), None, logs={"loss": 2.0})
+            callback.on_train_end(args, hf_state(1), None)  # training goes on: nothing raised
+    assert [r.step for r in memory.records] == [5]
+    assert "step 1 is not recorded" in caplog.text
+    assert "['train/loss'] for step 1, whose record cannot take them" in caplog.text
 
 
 # -- Lightning -------------------------------------------------------------------------------------------------------
@@ -280,7 +380,10 @@ def test_lightning_example_records_in_jsonl_tensorboard_and_hparams(tmp_path: Pa
     assert run_dir == tmp_path / "lightning"
     lines = read_jsonl(run_dir / "metrics.jsonl")
     check_records(lines, list(range(STEPS)), ["train/loss", "train/batch_size"])
-    check_tensorboard(run_dir / "tensorboard", lines, ["train/loss", COUNTER_KEY])
+    epoch_steps = [line["step"] for line in lines if "train/epoch_loss" in line]
+    assert epoch_steps == [STEPS - 1], "the epoch metric, logged after the last batch at its step, joins that record"
+    assert LATE_VALUES not in lines[-1], "nothing Lightning logged was left out"
+    check_tensorboard(run_dir / "tensorboard", lines, ["train/loss", "train/epoch_loss", COUNTER_KEY])
     assert json.loads((run_dir / HPARAMS_FILE).read_text(encoding="utf-8")) == {"hidden": 32, "lr": 0.01}
 
 
@@ -297,17 +400,22 @@ def test_lightning_logger_ownership_ranks_and_late_values(
         logger = OtelBridgeLogger(bridge)
         assert (logger.name, logger.version, logger.save_dir) == ("t", "", str(tmp_path))
         logger.log_metrics({"loss": 1.0, "epoch": 0}, step=0)
+        logger.log_metrics({"val_loss": 2.0}, step=0)  # validation at the same step: joins step 0's record
+        logger.log_metrics({"loss_epoch": 1.5, "epoch": 0}, step=0)  # epoch-end metrics, same step
+        logger.log_metrics({"loss": 0.5}, step=None)  # the next step: 1
         with caplog.at_level(logging.WARNING, logger="otel_bridge.integrations.lightning"):
-            logger.log_metrics({"val_loss": 2.0}, step=0)
-        logger.log_metrics({"loss": 0.5}, step=None)
-        logger.finalize("success")
+            logger.log_metrics({"val_loss": 3.0, "val_acc": 0.5}, step=0)  # step 0's record was sent
+        logger.log_metrics({"lr": 0.1}, step=1)
+        assert logger.late_values == 2
+        logger.finalize("success")  # sends the open record of step 1; the Bridge is the caller's
         bridge.collect(1)
         assert repr(bridge).endswith("closed=False)"), "a Bridge passed in belongs to the caller"
     assert [(r.step, trainer_values(r)) for r in memory.records] == [
-        (0, {"loss": 1.0, "epoch": 0.0}),
-        (1, {"loss": 0.5}),
+        (0, {"loss": 1.0, "epoch": 0.0, "val_loss": 2.0, "loss_epoch": 1.5}),
+        (1, {"loss": 0.5, "lr": 0.1}),
     ]
-    assert "['val_loss'] for step 0 after step 0 was recorded" in caplog.text
+    assert memory.records[1].values[LATE_VALUES] == 2.0
+    assert "logged ['val_acc', 'val_loss'] for step 0 after its record was sent" in caplog.text
 
     owned = OtelBridgeLogger({"trackers": [{"type": "jsonl"}], "run": {"dir": str(tmp_path / "owned")}})
     assert owned.name.startswith("otel-bridge-")
@@ -318,5 +426,7 @@ def test_lightning_logger_ownership_ranks_and_late_values(
     assert not (tmp_path / "owned").exists(), "ranks other than 0 create no Bridge"
     monkeypatch.setattr(rank_zero_only, "rank", 0)
     owned.log_metrics({"loss": 1.0}, step=0)
+    owned.log_metrics({"val_loss": 2.0}, step=0)
     owned.finalize("success")
-    assert read_jsonl(Path(owned.log_dir) / "metrics.jsonl")[0]["loss"] == 1.0
+    lines = read_jsonl(Path(owned.log_dir) / "metrics.jsonl")
+    assert [(line["step"], line["loss"], line["val_loss"]) for line in lines] == [(0, 1.0, 2.0)]

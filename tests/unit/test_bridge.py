@@ -81,10 +81,12 @@ def test_step_block_has_a_complete_first_window(tmp_path: Path, replica: Replica
 def test_steps_must_increase_and_not_nest(tmp_path: Path) -> None:
     with Bridge.from_config({"run": {"name": "o", "dir": str(tmp_path)}}) as bridge:
         bridge.log({"x": 1}, step=3)
-        with pytest.raises(StepOrderError, match="step 3 comes after step 3"):
-            bridge.log({"x": 1}, step=3)
+        bridge.log({"y": 2}, step=3)  # the record of step 3 is still open: it joins
         with pytest.raises(StepOrderError, match="steps must increase"):
             bridge.log({"x": 1}, step=2)
+        assert {"x": 1.0, "y": 2.0}.items() <= bridge.collect(3).items()
+        with pytest.raises(StepOrderError, match="step 3 comes after step 3"):
+            bridge.log({"x": 1}, step=3)  # collect() sent the record: step 3 is closed now
         with bridge.step(4):
             with pytest.raises(StepOrderError, match="use the same step"):
                 bridge.log({"x": 1}, step=5)

@@ -1,0 +1,105 @@
+"""``otel-bridge demo``: a small training loop against simulated vLLM servers, with a progress bar and a table."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from otel_bridge.cli.output import progress_bar
+from otel_bridge.errors import ConfigError
+from otel_bridge.exporters.record import StepRecord
+
+TABLE_KEYS = (
+    "actor/loss",
+    "rollout/vllm/generation_tokens_total/delta",
+    "rollout/vllm/generation_tokens_total/rate",
+    "rollout/vllm/request_success_total/delta",
+    "rollout/vllm/num_requests_running/max",
+    "rollout/vllm/kv_cache_usage_perc/max",
+    "rollout/vllm/prefix_cache_hit_rate",
+    "rollout/vllm/time_to_first_token_seconds/p99",
+    "rollout/vllm/e2e_request_latency_seconds/mean",
+)
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``demo`` on the sub-command parsers ``commands``."""
+    demo = commands.add_parser(
+        "demo",
+        help="run a small training loop against simulated vLLM servers",
+        description="Run a small training loop against two simulated vLLM rollout servers and write the per-step "
+        "records (trainer + infrastructure) to TensorBoard and JSONL under OUT/<run name>/.",
+    )
+    demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    demo.add_argument("--out", type=Path, default=Path("runs"), help="parent directory of the run (default ./runs)")
+    demo.add_argument("--run-name", default=None, help="run folder name (default demo-<timestamp>)")
+    demo.add_argument(
+        "--prometheus-url",
+        default=None,
+        help="read infrastructure metrics through this Prometheus (PromQL path); it must scrape the simulated "
+        "servers at 127.0.0.1:SIM_PORT and SIM_PORT+1",
+    )
+    demo.add_argument(
+        "--sim-port", type=int, default=0, help="first port of the simulated servers (default: free ports)"
+    )
+    demo.add_argument("--step-seconds", type=float, default=1.0, help="duration of one simulated step (default 1.0)")
+    demo.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="the Prometheus scrape interval in seconds (PromQL path)",
+    )
+    demo.set_defaults(run=run)
+
+
+def format_table(records: Sequence[StepRecord], keys: Sequence[str] = TABLE_KEYS) -> str:
+    """A plain-text table: one row per key, one column per step."""
+    if not records:
+        return "(no records)"
+    width = max(len(k) for k in keys)
+    header = "step".ljust(width) + "".join(f"{r.step:>12}" for r in records)
+    lines = [header, "-" * len(header)]
+    for key in keys:
+        cells = "".join(f"{r.values[key]:>12.4g}" if key in r.values else f"{'-':>12}" for r in records)
+        lines.append(key.ljust(width) + cells)
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Run the demo; the progress bar redraws in place on a terminal and prints every 5 steps otherwise."""
+    from otel_bridge.demo import run_demo
+
+    if args.steps < 1:
+        raise ConfigError(f"--steps must be at least 1, got {args.steps}")
+    if args.step_seconds <= 0:
+        raise ConfigError(f"--step-seconds must be positive, got {args.step_seconds}")
+
+    interactive = out.isatty()
+
+    def progress(step: int) -> None:
+        if args.quiet:
+            return
+        done = step + 1
+        if interactive:
+            out.write(f"\rsteps {progress_bar(done, args.steps)}")
+            out.flush()
+        elif done % 5 == 0 or done == args.steps:
+            out.write(f"steps {progress_bar(done, args.steps)}\n")
+            out.flush()
+
+    result = run_demo(
+        steps=args.steps,
+        out=args.out,
+        run_name=args.run_name,
+        prometheus_url=args.prometheus_url,
+        step_seconds=args.step_seconds,
+        sim_port=args.sim_port,
+        scrape_interval_s=args.scrape_interval,
+        on_step=progress,
+    )
+    if not args.quiet:
+        out.write("\n\n" + format_table(result.records) + "\n\n")
+        out.write(f"records: {result.jsonl}\ntensorboard: tensorboard --logdir {result.run_dir / 'tensorboard'}\n")
+    return 0

@@ -1,0 +1,174 @@
+"""``otel-bridge query``: one metric name or PromQL expression, as the bridge would record it for one window.
+
+The window is ``(at - window, at]``. A configured metric (by key or name) keeps its configured type, statistics and
+labels; another metric name is read with ``--type`` (or Prometheus' metadata) and ``--stats``/``--by``; anything else
+is a raw PromQL expression evaluated as is at ``at`` (``$window`` stands for the window's length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from opentelemetry.sdk.metrics.export import Metric
+
+from otel_bridge.cli.output import format_rows, format_value
+from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.errors import ConfigError
+from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
+from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.reader import STAT_ATTRIBUTE
+from otel_bridge.window import StepWindow
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``query`` on the sub-command parsers ``commands``."""
+    query = commands.add_parser(
+        "query",
+        help="evaluate a metric or PromQL expression over one window, as the bridge records it",
+        description="Evaluate EXPR with the window statistics of the window (AT - WINDOW, AT] through Prometheus "
+        "and print a table. EXPR is a configured metric (its key or name), another metric name, or a raw PromQL "
+        "expression (evaluated as is at AT; $window stands for the window's length).",
+    )
+    query.add_argument("expr", metavar="EXPR", help="metric name, configured key, or PromQL expression")
+    query.add_argument("--config", type=Path, help="otel-bridge config file")
+    query.add_argument("--prometheus-url", help="Prometheus base URL (default: prometheus.url of the config)")
+    query.add_argument("--window", default="30s", help="window length: 30s, 500ms, 5m, 1h (default 30s)")
+    query.add_argument("--at", default="now", help="window end: now, unix seconds, ISO 8601, or -5m (default now)")
+    query.add_argument("--type", choices=("counter", "gauge", "histogram"), help="metric type (default: metadata)")
+    query.add_argument("--stats", nargs="+", metavar="STAT", help="statistics, e.g. delta rate / max mean / p99")
+    query.add_argument("--by", nargs="+", default=[], metavar="LABEL", help="keep these labels' values apart")
+    query.set_defaults(run=run)
+
+
+def parse_duration(text: str, option: str = "--window") -> float:
+    """``30s`` / ``500ms`` / ``5m`` / ``1h`` / ``12.5`` (seconds) in seconds; :class:`ConfigError` otherwise."""
+    match = _DURATION.match(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise ConfigError(f"{option} {text!r} is not a positive duration; use e.g. 30s, 500ms, 5m or 2.5")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_time(text: str, now: float | None = None) -> float:
+    """``now``, ``-5m`` (relative to now), unix seconds, or ISO 8601 (naive means UTC) as unix seconds."""
+    now = time.time() if now is None else now
+    value = text.strip()
+    if value == "now":
+        return now
+    if value.startswith("-"):
+        return now - parse_duration(value[1:], "--at")
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"--at {text!r} is not a time; use now, -5m, unix seconds or ISO 8601 (2026-01-31T12:00:00Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def prometheus_client(config: BridgeConfig, url: str | None = None) -> PrometheusClient:
+    """A client for ``url`` (default: the config's ``prometheus.url``, discovered when ``auto``) with its auth/TLS."""
+    from otel_bridge.discovery import resolve_prometheus_url
+
+    prom = config.prometheus
+    if url is None:
+        if prom.url is None:
+            raise ConfigError(
+                "no Prometheus to ask: pass --prometheus-url URL, set prometheus.url in the config, or set "
+                "OTEL_BRIDGE_PROMETHEUS_URL"
+            )
+        url = resolve_prometheus_url(AUTO, ray_port=prom.ray_port).url if prom.url == AUTO else prom.url
+    return PrometheusClient(
+        url,
+        timeout_s=prom.timeout_s,
+        retries=prom.retries,
+        backoff_s=prom.backoff_s,
+        bearer_token=prom.auth.bearer_token(),
+        basic_auth=prom.auth.basic_auth(),
+        verify=prom.tls.verify,
+        ca_file=str(prom.tls.ca_file) if prom.tls.ca_file else None,
+        cert_file=str(prom.tls.cert_file) if prom.tls.cert_file else None,
+        key_file=str(prom.tls.key_file) if prom.tls.key_file else None,
+        max_response_bytes=prom.max_response_bytes,
+        post_threshold_bytes=prom.post_threshold_bytes,
+    )
+
+
+def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> MetricQuery:
+    """The query for ``expr``: a configured metric, a metric name with the options, or a raw PromQL expression."""
+    stats = tuple(args.stats or ())
+    by = tuple(args.by or ())
+    for configured in resolve_metrics(config.metrics):
+        if expr in (configured.key_name, configured.name):
+            query = replace(configured, by=by or configured.by, source_index=0)
+            if args.type is not None:
+                query = replace(query, kind=args.type, stats=())
+            if stats or args.type is not None:
+                query = replace(query, stats=stats)
+            return query.with_kind(query.kind) if query.kind is not None else query
+    if _METRIC_NAME.match(expr):
+        query = MetricQuery(key_name=expr, name=expr, stats=stats, by=by)
+        return query.with_kind(args.type) if args.type is not None else query
+    if stats or by or args.type is not None:
+        raise ConfigError(
+            "--type, --stats and --by apply to metric names; a PromQL expression is evaluated as is "
+            "(drop them or write the aggregation into the expression)"
+        )
+    return MetricQuery(key_name="value", promql=expr)
+
+
+def metric_rows(metrics: list[Metric]) -> list[list[str]]:
+    """Table rows ``[key, stat, labels, value]`` of the producer's metrics."""
+    rows = []
+    for metric in metrics:
+        for point in getattr(metric.data, "data_points", ()):
+            attributes = dict(point.attributes or {})
+            stat = str(attributes.pop(STAT_ATTRIBUTE, ""))
+            labels = ",".join(f"{k}={v}" for k, v in sorted(attributes.items()))
+            rows.append([metric.name, stat or "-", labels or "-", format_value(float(point.value))])
+    return rows
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Evaluate the query over the window and print a table; exit status 1 when nothing matched."""
+    from otel_bridge.producers.promql import PromQLProducer
+
+    window_s = parse_duration(args.window)
+    at = parse_time(args.at)
+    config = BridgeConfig.load(args.config)
+    query = build_query(args.expr, config, args)
+    client = prometheus_client(config, args.prometheus_url)
+    producer = PromQLProducer(client, [query], scrape_interval_s=config.prometheus.scrape_interval_s)
+    try:
+        producer.start()
+        window = StepWindow(step=0, start=at - window_s, end=at)
+        rows = metric_rows(list(producer.produce(window)))
+        resolved = producer.queries[0]
+    finally:
+        producer.close()
+    what = f"PromQL {args.expr}" if resolved.promql is not None else f"{resolved.name} ({resolved.kind})"
+    out.write(f"{what} over ({_iso(at - window_s)}, {_iso(at)}] = {format_value(window_s)}s, from {client.url}\n\n")
+    if not rows:
+        out.write("no series matched in this window: check the name and labels (otel-bridge doctor lists them)\n")
+        return 1
+    out.write(format_rows(["key", "stat", "labels", "value"], rows, right=(3,)) + "\n")
+    return 0

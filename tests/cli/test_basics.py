@@ -1,0 +1,80 @@
+"""The command line's shape: help everywhere, the entry points, errors, colours, and the shared output helpers."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from otel_bridge.cli.output import error_line, format_rows, progress_bar, use_colour
+from tests.cli.support import REPO, run_cli, write_config
+
+COMMANDS = ("demo", "doctor", "discover", "query", "tail", "plot", "prometheus-config")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(tmp_path: Path, command: str) -> None:
+    done = run_cli([command, "--help"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: otel-bridge {command}")
+    assert "--verbose" in done.stdout  # the global flags also work after the command
+
+
+def test_console_script_lists_every_command(tmp_path: Path) -> None:
+    script = REPO / ".venv" / "bin" / "otel-bridge"
+    if not script.exists():
+        pytest.skip(f"{script} is not installed (pip install -e .)")
+    done = subprocess.run([str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    for command in COMMANDS:
+        assert command in done.stdout
+
+
+def test_prometheus_config_and_discover(tmp_path: Path) -> None:
+    out = tmp_path / "prometheus.yml"
+    done = run_cli(["prometheus-config", str(out), "--rollout", "127.0.0.1:8000", "--interval", "5"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"wrote {out}\n"
+    assert yaml.safe_load(out.read_text(encoding="utf-8"))["scrape_configs"]
+
+    config = write_config(
+        tmp_path / "c.yaml", {"prometheus": {"url": "http://127.0.0.1:9999"}, "scrape": {"targets": ["127.0.0.1:8000"]}}
+    )
+    done = run_cli(["discover", "--config", str(config)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "prometheus: http://127.0.0.1:9999 (from config)",
+        "scrape targets (config): http://127.0.0.1:8000/metrics",
+    ]
+
+
+def test_a_bad_argument_is_one_line(tmp_path: Path) -> None:
+    done = run_cli(["demo", "--steps", "0"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "otel-bridge: --steps must be at least 1, got 0\n"
+
+
+def test_quiet_doctor_prints_nothing_when_all_passes(tmp_path: Path) -> None:
+    done = run_cli(["doctor", "--quiet"], cwd=tmp_path)  # defaults: jsonl tracker, no infrastructure source
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == ""
+
+
+def test_colour_rules() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert use_colour(Terminal(), environ={}) is True
+    assert use_colour(Terminal(), environ={"NO_COLOR": "1"}) is False
+    assert use_colour(io.StringIO(), environ={}) is False
+
+
+def test_output_helpers() -> None:
+    table = format_rows(["name", "value"], [["a", "1"], ["long name", "22"]], right=(1,))
+    assert table.splitlines() == ["name       value", "---------  -----", "a              1", "long name     22"]
+    assert progress_bar(3, 6, width=6) == "[###...] 3/6"
+    assert error_line("first\ntried, in order:\n  - x") == "otel-bridge: first (tried, in order:; - x)"

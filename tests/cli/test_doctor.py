@@ -1,0 +1,195 @@
+"""``otel-bridge doctor`` as a subprocess against a real Prometheus scraping simulated vLLM servers."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
+from tests.conftest import Replica
+from tests.helpers.http_servers import free_port
+from tests.helpers.prometheus_server import PrometheusServer
+
+pytestmark = pytest.mark.integration
+
+
+def promql_config(prometheus: PrometheusServer, metrics: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "prometheus": {"url": prometheus.url, "scrape_interval_s": 1, "retries": 0},
+        "metrics": metrics,
+        "trackers": [{"type": "jsonl"}, {"type": "tensorboard"}],
+        **extra,
+    }
+
+
+def wait_for_target_health(prom: PrometheusServer, wanted: set[str], timeout_s: float = 30.0) -> None:
+    """Wait until Prometheus has scraped every target at least once and their health values are ``wanted``."""
+    deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        body = requests.get(f"{prom.url}/api/v1/targets", timeout=5).json()
+        seen = {t["health"] for t in body["data"]["activeTargets"]}
+        if seen == wanted:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"target health {seen}, expected {wanted}")
+
+
+def doctor_json(
+    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    path = write_config(tmp_path / "otel-bridge.yaml", config)
+    done = run_cli(["doctor", "--config", str(path), "--json"], cwd=tmp_path, env=env)
+    document = json.loads(done.stdout)
+    validate_doctor_json(document)
+    return done.returncode, document
+
+
+def test_doctor_passes_when_everything_works(
+    tmp_path: Path, prometheus: PrometheusServer, replicas: list[Replica]
+) -> None:
+    config = write_config(tmp_path / "otel-bridge.yaml", promql_config(prometheus, [{"preset": "vllm"}]))
+    done = run_cli(["doctor", "--config", str(config)], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all checks passed" in done.stdout
+    assert "FAIL" not in done.stdout
+    assert "\x1b[" not in done.stdout  # NO_COLOR and not a terminal
+    for line in ("prometheus targets", "metric vllm:generation_tokens_total", "tracker jsonl", "tracker tensorboard"):
+        assert any(row.startswith("PASS") and line in row for row in done.stdout.splitlines()), line
+    # which replicas answered: both instances are named
+    tokens = next(row for row in done.stdout.splitlines() if "metric vllm:generation_tokens_total" in row)
+    for replica in replicas:
+        assert replica.hostport in tokens
+
+
+def test_doctor_json_passes_and_validates(tmp_path: Path, prometheus: PrometheusServer) -> None:
+    status, document = doctor_json(tmp_path, promql_config(prometheus, [{"preset": "vllm"}]))
+    assert status == 0
+    assert document["ok"] is True
+    assert check_named(document, "config")["status"] == "pass"
+    assert check_named(document, "ray")["status"] == "skip"
+    assert check_named(document, "prometheus")["detail"].startswith(prometheus.url)
+    assert (
+        "Prometheus 2." in check_named(document, "prometheus")["detail"]
+        or "Prometheus 3." in (check_named(document, "prometheus")["detail"])
+    )
+    assert check_named(document, "prometheus targets")["detail"] == "2/2 up"
+    assert check_named(document, "deprecated names")["status"] == "pass"
+    names = [c["name"] for c in document["checks"]]
+    assert names.index("prometheus") < names.index("metric vllm:kv_cache_usage_perc") < names.index("tracker jsonl")
+
+
+def test_doctor_fails_with_fix_when_prometheus_is_down(tmp_path: Path) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    config = {
+        "prometheus": {"url": down, "retries": 0, "timeout_s": 2},
+        "metrics": [{"preset": "vllm"}],
+        "trackers": [{"type": "jsonl"}],
+    }
+    status, document = doctor_json(tmp_path, config)
+    assert status == 1
+    assert document["ok"] is False
+    check = check_named(document, "prometheus")
+    assert check["status"] == "fail"
+    assert down in check["detail"]
+    assert check["fix"] == f"start Prometheus at {down} or correct prometheus.url"
+    assert check_named(document, "metrics")["status"] == "skip"
+    assert check_named(document, "tracker jsonl")["status"] == "pass"  # the other checks still ran
+
+
+def test_doctor_names_a_misspelled_metric_and_suggests_the_right_one(
+    tmp_path: Path, prometheus: PrometheusServer
+) -> None:
+    metrics = [{"name": "vllm:generation_token_total", "type": "counter"}, {"name": "vllm:num_requests_running"}]
+    status, document = doctor_json(tmp_path, promql_config(prometheus, metrics))
+    assert status == 1
+    bad = check_named(document, "metric vllm:generation_token_total")
+    assert bad["status"] == "fail"
+    assert bad["detail"] == "no series for vllm:generation_token_total"
+    assert "did you mean vllm:generation_tokens_total" in bad["fix"]
+    assert check_named(document, "metric vllm:num_requests_running")["status"] == "pass"
+
+
+def test_doctor_fails_on_a_deprecated_vllm_name_with_its_replacement(
+    tmp_path: Path, prometheus: PrometheusServer
+) -> None:
+    status, document = doctor_json(tmp_path, promql_config(prometheus, [{"name": "vllm:gpu_cache_usage_perc"}]))
+    assert status == 1
+    check = check_named(document, "deprecated vllm:gpu_cache_usage_perc")
+    assert check["status"] == "fail"
+    assert check["fix"] == "replace it with vllm:kv_cache_usage_perc"
+    # it is still queried as its replacement, which has series
+    assert check_named(document, "metric vllm:kv_cache_usage_perc")["status"] == "pass"
+
+
+def test_doctor_reports_a_down_scrape_target(tmp_path: Path, replicas: list[Replica]) -> None:
+    prom = PrometheusServer(
+        tmp_path / "prom", [replicas[0].hostport, f"127.0.0.1:{free_port()}"], scrape_interval_s=1.0
+    )
+    try:
+        prom.start()
+        wait_for_target_health(prom, {"up", "down"})
+        status, document = doctor_json(tmp_path, promql_config(prom, [{"name": "vllm:num_requests_running"}]))
+    finally:
+        prom.stop()
+    assert status == 1
+    targets = check_named(document, "prometheus targets")
+    assert targets["status"] == "fail"
+    assert targets["detail"].startswith("1/2 up")
+    assert "start the servers that are down" in targets["fix"]
+
+
+def test_doctor_never_prints_secrets(tmp_path: Path, prometheus: PrometheusServer) -> None:
+    secret = "s3cr3t-token-value-42"
+    config = promql_config(prometheus, [{"preset": "vllm"}])
+    config["prometheus"]["auth"] = {"bearer_token_env": "PROM_TOKEN"}
+    path = write_config(tmp_path / "otel-bridge.yaml", config)
+    for extra in ([], ["--json"], ["--verbose"]):
+        done = run_cli(["doctor", "--config", str(path), *extra], cwd=tmp_path, env={"PROM_TOKEN": secret})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert secret not in done.stdout + done.stderr
+
+
+def test_doctor_on_the_scrape_path(tmp_path: Path, replicas: list[Replica]) -> None:
+    down = f"127.0.0.1:{free_port()}"
+    config = {
+        "scrape": {"targets": [r.hostport for r in replicas] + [down], "timeout_s": 2},
+        "metrics": [{"preset": "vllm"}, {"name": "vllm:kv_cache_usage_perk", "type": "gauge"}],
+        "trackers": [{"type": "jsonl"}],
+    }
+    status, document = doctor_json(tmp_path, config)
+    assert status == 1
+    assert check_named(document, "prometheus")["status"] == "skip"
+    assert check_named(document, f"endpoint {replicas[0].url}")["status"] == "pass"
+    dead = check_named(document, f"endpoint http://{down}/metrics")
+    assert dead["status"] == "fail"
+    assert "start the server" in dead["fix"]
+    ok = check_named(document, "metric vllm:generation_tokens_total")
+    assert ok["status"] == "pass"
+    assert replicas[1].hostport in ok["detail"]
+    typo = check_named(document, "metric vllm:kv_cache_usage_perk")
+    assert typo["status"] == "fail"
+    assert "did you mean vllm:kv_cache_usage_perc" in typo["fix"]
+
+
+def test_doctor_reports_invalid_config_and_unwritable_tracker(tmp_path: Path) -> None:
+    status, document = doctor_json(tmp_path, {"prometheus": {"url": "localhost:9090"}})
+    assert status == 1
+    config = check_named(document, "config")
+    assert config["status"] == "fail"
+    assert "prometheus.url" in config["detail"]
+    assert all(c["status"] == "skip" for c in document["checks"][1:])
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where a directory should be", encoding="utf-8")
+    status, document = doctor_json(tmp_path, {"trackers": [{"type": "jsonl", "path": str(blocker / "m.jsonl")}]})
+    assert status == 1
+    tracker = check_named(document, "tracker jsonl")
+    assert tracker["status"] == "fail"
+    assert tracker["fix"]
+    assert check_named(document, "metrics")["status"] == "skip"

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck prometheus-bin clean
+.PHONY: demo test lint typecheck prometheus-bin clean soak
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -52,3 +52,7 @@ test: $(VENV)/.dev-installed prometheus-bin lint typecheck
 
 clean:
 	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache
+
+# 20,000 steps with periodic faults; reports RSS/threads/fds over time and delivered/expected per backend.
+soak: $(VENV)/.dev-installed prometheus-bin
+	$(BIN)/python -m soak.soak --steps 20000

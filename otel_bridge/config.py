@@ -123,6 +123,7 @@ class PrometheusConfig(_Model):
     retries: int = Field(3, ge=0, le=20, description="Retries for transient failures (connection, timeout, 503).")
     backoff_s: float = Field(0.5, ge=0, description="Exponential backoff base between retries.")
     max_response_bytes: int = Field(50_000_000, gt=0, description="Cap on one response body.")
+    max_series: int = Field(100_000, gt=0, description="Cap on the number of series in one query result.")
     post_threshold_bytes: int = Field(2048, gt=0, description="Queries longer than this are sent as POST forms.")
     scrape_interval_s: float = Field(
         15.0,

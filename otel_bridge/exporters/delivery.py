@@ -128,7 +128,7 @@ class BackendWorker:
                 if not last and self._abandon.wait(min(_MAX_BACKOFF_S, self._backoff_s * 2**attempt)):
                     return False
             else:
-                self._warn.forget(f"write:{self.name}")
+                # No forget() on success: a backend failing intermittently would otherwise log every failure.
                 return True
         return False
 

@@ -193,7 +193,7 @@ class ScrapeProducer:
             self._health.count(SCRAPE_ERRORS, labels={"instance": instance})
             self._warn.warning(f"scrape:{endpoint.url}", "%s", exc)
             return None
-        self._warn.forget(f"scrape:{endpoint.url}")
+        # No forget() on success: a flapping endpoint would otherwise log every failed scrape.
         return families
 
     def _wait_for_boundary(self, t: float) -> bool:

@@ -262,6 +262,7 @@ class PrometheusClient:
         cert_file: str | None = None,
         key_file: str | None = None,
         max_response_bytes: int = 50_000_000,
+        max_series: int = 100_000,
         post_threshold_bytes: int = 2048,
         user_agent: str = "otel-bridge",
     ) -> None:
@@ -270,6 +271,7 @@ class PrometheusClient:
         self._retries = _non_negative_int(retries, "prometheus.retries")
         self._backoff_s = _non_negative_seconds(backoff_s, "prometheus.backoff_s")
         self._max_response_bytes = _positive_int(max_response_bytes, "prometheus.max_response_bytes")
+        self._max_series = _positive_int(max_series, "prometheus.max_series")
         self._post_threshold_bytes = _non_negative_int(post_threshold_bytes, "prometheus.post_threshold_bytes")
         self._verify: bool | str = _tls_verify(verify, ca_file)
         self._cert: tuple[str, str] | str | None = _client_cert(cert_file, key_file)
@@ -331,7 +333,17 @@ class PrometheusClient:
         if time is not None:
             params.append(("time", _format_time(time)))
         data, warnings = self._call("/api/v1/query", params, timeout_s=timeout_s, expr=expr, allow_post=True)
-        return _parse_query_data(data, warnings, self.url + "/api/v1/query")
+        url = self.url + "/api/v1/query"
+        result = data.get("result") if isinstance(data, dict) else None
+        if isinstance(result, list) and len(result) > self._max_series:
+            raise ResponseTooLargeError(
+                f"Prometheus at {url} returned {len(result)} series, more than prometheus.max_series="
+                f"{self._max_series}; narrow the query (labels, by) or raise prometheus.max_series; query: "
+                f"{_truncate(expr, _QUERY_IN_MESSAGE)}",
+                url=url,
+                limit_bytes=self._max_response_bytes,
+            )
+        return _parse_query_data(data, warnings, url)
 
     def metadata(self, metric: str | None = None) -> dict[str, list[dict[str, str]]]:
         """Metric metadata (``/api/v1/metadata``): ``{metric: [{"type", "help", "unit"}, ...]}``."""

@@ -1,0 +1,180 @@
+"""Rollout endpoints failing on the scrape path: a vLLM restart (counter reset), an endpoint that disappears, and a Ray
+node leaving (simulated by Ray's service-discovery file changing under a running bridge; adding and removing a real Ray
+node per test is too heavy for the suite).
+
+The boundary scrapes are awaited before tokens are generated, so every window's expected token count is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge import Bridge
+from otel_bridge.health import SCRAPE_ERRORS
+from tests.conftest import Replica
+from tests.faults.support import CollectingBackend, base_config, count_logs
+from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+
+pytestmark = pytest.mark.integration
+
+DELTA = "rollout/vllm/generation_tokens_total/delta"
+METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]}]
+
+
+def generate(replica: Replica, tokens: int) -> None:
+    replica.sim.complete_request(
+        prompt_tokens=8, generation_tokens=tokens, ttft_s=0.01, e2e_s=0.05, queue_s=0.001, itl_s=0.001
+    )
+
+
+class Loop:
+    """Runs steps: waits for the step's start-boundary scrape on the live replicas, then generates tokens."""
+
+    def __init__(self, bridge: Bridge, collecting: CollectingBackend) -> None:
+        self.bridge = bridge
+        self.collecting = collecting
+        self.boundaries = 0
+        self.expected: dict[int, float] = {}
+
+    def step(self, step: int, tokens: dict[Replica, int], live: list[Replica], scraped: dict[Replica, int]) -> None:
+        with self.bridge.step(step):
+            for replica in live:
+                scraped[replica] += 1
+                replica.wait_for_scrapes(scraped[replica])
+            for replica, count in tokens.items():
+                generate(replica, count)
+            self.bridge.log({"actor/loss": float(step)}, step=step)
+        for replica in live:
+            scraped[replica] += 1  # the end boundary
+        self.expected[step] = float(sum(tokens.values()))
+        self.bridge.collect(step)
+
+
+def scrape_config(tmp_path: Path, name: str, scrape: dict[str, Any]) -> dict[str, Any]:
+    return base_config(tmp_path, name, scrape={"sample_interval_s": 0, "timeout_s": 2, **scrape}, metrics=METRICS)
+
+
+def test_vllm_restart_resets_counters_without_negative_deltas(tmp_path: Path, replicas: list[Replica]) -> None:
+    a, b = replicas
+    collecting = CollectingBackend()
+    config = scrape_config(tmp_path, "restart", {"targets": [a.hostport, b.hostport]})
+    scraped = {a: 1, b: 1}  # the start-up scrape
+    with Bridge.from_config(config, backends=[collecting]) as bridge:
+        loop = Loop(bridge, collecting)
+        for step in range(10):
+            if step in (4, 7):
+                a.sim.restart()  # the process restarted: its counters count from zero again
+            loop.step(step, {a: 10 + step, b: 100}, [a, b], scraped)
+    received = collecting.by_step()
+    deltas = {s: received[s][DELTA] for s in range(10)}
+    assert all(v >= 0 for v in deltas.values()), deltas
+    assert deltas == loop.expected
+    assert [received[s]["actor/loss"] for s in range(10)] == [float(s) for s in range(10)]
+
+
+def test_removed_endpoint_is_counted_and_the_other_replica_still_reported(
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    a, b = replicas
+    collecting = CollectingBackend()
+    config = scrape_config(tmp_path, "removed", {"targets": [a.hostport, b.hostport]})
+    scraped = {a: 1, b: 1}
+    steps = 10
+    with Bridge.from_config(config, backends=[collecting]) as bridge:
+        loop = Loop(bridge, collecting)
+        for step in range(3):
+            loop.step(step, {a: 5, b: 50}, [a, b], scraped)
+        b.stop()  # the endpoint is gone for good (stale series)
+        for step in range(3, steps):
+            loop.step(step, {a: 5 + step}, [a], scraped)
+        errors_b = bridge.health.counter(SCRAPE_ERRORS, {"instance": b.hostport})
+        errors_a = bridge.health.counter(SCRAPE_ERRORS, {"instance": a.hostport})
+    received = collecting.by_step()
+    assert {s: received[s][DELTA] for s in range(steps)} == loop.expected
+    assert errors_a == 0
+    assert errors_b == 2 * (steps - 3)  # every boundary scrape of b after it went away
+    key_b = f"{SCRAPE_ERRORS}/instance.{b.hostport.replace(':', '_')}"
+    assert received[steps - 1][key_b] == errors_b
+    assert sorted(received) == list(range(steps))
+    assert count_logs(caplog, b.hostport) == 1
+
+
+def test_ray_node_leaving_via_service_discovery_file(
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    a, b = replicas
+    sd_file = tmp_path / "prom_metrics_service_discovery.json"
+
+    def write_sd(targets: list[str]) -> None:
+        tmp = sd_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"labels": {"job": "ray"}, "targets": targets}]))
+        tmp.replace(sd_file)  # atomically, as Ray does
+
+    write_sd([a.hostport, b.hostport])
+    collecting = CollectingBackend()
+    config = scrape_config(
+        tmp_path,
+        "ray-node",
+        {"targets": "auto", "ray_service_discovery_file": str(sd_file), "refresh_interval_s": 0.1},
+    )
+    scraped = {a: 1, b: 1}
+    with Bridge.from_config(config, backends=[collecting]) as bridge:
+        loop = Loop(bridge, collecting)
+        for step in range(3):
+            loop.step(step, {a: 7, b: 70}, [a, b], scraped)
+        write_sd([a.hostport])  # the node running b left the cluster
+        b.stop()
+        deadline = time.monotonic() + 10
+        while count_logs(caplog, "scraping 1 target(s)", logging.INFO) == 0:
+            assert time.monotonic() < deadline, "the service-discovery change was not picked up"
+            time.sleep(0.05)
+        for step in range(3, 8):
+            loop.step(step, {a: 7 + step}, [a], scraped)
+        errors_b = bridge.health.counter(SCRAPE_ERRORS, {"instance": b.hostport})
+    received = collecting.by_step()
+    assert {s: received[s][DELTA] for s in range(8)} == loop.expected
+    assert errors_b == 0  # a node that left is no longer scraped, so it is not an error
+    assert [received[s]["actor/loss"] for s in range(8)] == [float(s) for s in range(8)]
+
+
+def test_flapping_endpoint_is_logged_once(
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An endpoint failing every other scrape: each failure is counted, the log says so once."""
+    caplog.set_level(logging.INFO)
+    a = replicas[0]
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def flapping(_request: RecordedRequest) -> Response:
+        with lock:
+            calls["n"] += 1
+            odd = calls["n"] % 2 == 0
+        if odd:
+            return Response(status=500, body=b"engine busy")
+        return Response(body=a.sim.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    collecting = CollectingBackend()
+    with ScriptedHTTPServer(flapping) as server:
+        hostport = server.url.split("//", 1)[1]
+        config = scrape_config(tmp_path, "flapping", {"targets": [f"{server.url}/metrics"]})
+        with Bridge.from_config(config, backends=[collecting]) as bridge:
+            for step in range(10):
+                with bridge.step(step):
+                    bridge.log({"actor/loss": float(step)}, step=step)
+                bridge.collect(step)
+            errors = bridge.health.counter(SCRAPE_ERRORS, {"instance": hostport})
+        failed = len(server.requests) // 2
+    assert errors == failed
+    assert errors >= 9
+    assert [collecting.by_step()[s]["actor/loss"] for s in range(10)] == [float(s) for s in range(10)]
+    assert count_logs(caplog, hostport) == 1

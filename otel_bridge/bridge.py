@@ -44,7 +44,6 @@ from otel_bridge.discovery import (
     RolloutServers,
     TargetWatcher,
     ray_service_discovery_targets,
-    resolve_prometheus_url,
     rollout_targets,
 )
 from otel_bridge.errors import BridgeClosedError, ConfigError, DeliveryTimeoutError, DiscoveryError, StepOrderError
@@ -57,7 +56,7 @@ from otel_bridge.meter_provider import build_extra_readers, build_resource
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import connect
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
 from otel_bridge.step_queue import StepJob, StepQueue
@@ -198,22 +197,7 @@ class Bridge:
         if source == "promql":
             prom = config.prometheus
             assert prom.url is not None
-            url = resolve_prometheus_url(AUTO, ray_port=prom.ray_port).url if prom.url == AUTO else prom.url
-            client = PrometheusClient(
-                url,
-                timeout_s=prom.timeout_s,
-                retries=prom.retries,
-                backoff_s=prom.backoff_s,
-                bearer_token=prom.auth.bearer_token(),
-                basic_auth=prom.auth.basic_auth(),
-                verify=prom.tls.verify,
-                ca_file=str(prom.tls.ca_file) if prom.tls.ca_file else None,
-                cert_file=str(prom.tls.cert_file) if prom.tls.cert_file else None,
-                key_file=str(prom.tls.key_file) if prom.tls.key_file else None,
-                max_response_bytes=prom.max_response_bytes,
-                max_series=prom.max_series,
-                post_threshold_bytes=prom.post_threshold_bytes,
-            )
+            client = connect(prom)
             return [
                 PromQLProducer(
                     client,

@@ -18,10 +18,11 @@ from typing import Any, TextIO
 from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.cli.output import format_rows, format_value
-from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import connect
 from otel_bridge.reader import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow
 
@@ -83,30 +84,12 @@ def parse_time(text: str, now: float | None = None) -> float:
 
 def prometheus_client(config: BridgeConfig, url: str | None = None) -> PrometheusClient:
     """A client for ``url`` (default: the config's ``prometheus.url``, discovered when ``auto``) with its auth/TLS."""
-    from otel_bridge.discovery import resolve_prometheus_url
-
-    prom = config.prometheus
-    if url is None:
-        if prom.url is None:
-            raise ConfigError(
-                "no Prometheus to ask: pass --prometheus-url URL, set prometheus.url in the config, or set "
-                "OTEL_BRIDGE_PROMETHEUS_URL"
-            )
-        url = resolve_prometheus_url(AUTO, ray_port=prom.ray_port).url if prom.url == AUTO else prom.url
-    return PrometheusClient(
-        url,
-        timeout_s=prom.timeout_s,
-        retries=prom.retries,
-        backoff_s=prom.backoff_s,
-        bearer_token=prom.auth.bearer_token(),
-        basic_auth=prom.auth.basic_auth(),
-        verify=prom.tls.verify,
-        ca_file=str(prom.tls.ca_file) if prom.tls.ca_file else None,
-        cert_file=str(prom.tls.cert_file) if prom.tls.cert_file else None,
-        key_file=str(prom.tls.key_file) if prom.tls.key_file else None,
-        max_response_bytes=prom.max_response_bytes,
-        post_threshold_bytes=prom.post_threshold_bytes,
-    )
+    if url is None and config.prometheus.url is None:
+        raise ConfigError(
+            "no Prometheus to ask: pass --prometheus-url URL, set prometheus.url in the config, or set "
+            "OTEL_BRIDGE_PROMETHEUS_URL"
+        )
+    return connect(config.prometheus, url)
 
 
 def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> MetricQuery:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck prometheus-bin clean soak
+.PHONY: demo test lint typecheck prometheus-bin clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -56,3 +56,7 @@ clean:
 # 20,000 steps with periodic faults; reports RSS/threads/fds over time and delivered/expected per backend.
 soak: $(VENV)/.dev-installed prometheus-bin
 	$(BIN)/python -m soak.soak --steps 20000
+
+# Benchmarks (not part of `make test`): writes bench/results/*.json and *.png; see bench/README.md.
+bench: $(VENV)/.dev-installed prometheus-bin
+	$(BIN)/python -m bench.run $(BENCH_ARGS)

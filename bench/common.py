@@ -1,0 +1,293 @@
+"""Shared pieces of the benchmark suites: configurations, servers, statistics, machine info, results files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+CAPTURE = REPO / "tests" / "fixtures" / "vllm" / "metrics-after-requests.txt"
+
+# The 20 metrics of tests/integration/test_promql_pipeline.py (TWENTY_METRICS), copied so that the benchmarks do not
+# import the test modules (and pytest/tensorboard with them).
+TWENTY_METRICS: list[dict[str, Any]] = [
+    *({"name": f"vllm:{n}_total", "type": "counter"} for n in (
+        "generation_tokens", "prompt_tokens", "request_success", "num_preemptions",
+        "prefix_cache_hits", "prefix_cache_queries", "prompt_tokens_cached", "estimated_flops_per_gpu",
+    )),
+    *({"name": f"vllm:{n}", "type": "gauge"} for n in (
+        "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "engine_sleep_state",
+    )),
+    *({"name": f"vllm:{n}", "type": "histogram"} for n in (
+        "time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
+        "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
+        "request_inference_time_seconds", "request_prompt_tokens",
+    )),
+]  # fmt: skip
+
+PACKAGES = ("otel-bridge", "opentelemetry-sdk", "opentelemetry-api", "requests", "prometheus-client", "matplotlib")
+
+
+def summary(samples: Sequence[float]) -> dict[str, float]:
+    """p50/p99/max/mean/count of ``samples`` (nearest-rank percentiles; empty input gives NaNs and count 0)."""
+    if not samples:
+        nan = float("nan")
+        return {"count": 0, "p50": nan, "p99": nan, "max": nan, "mean": nan}
+    ordered = sorted(samples)
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]
+
+    return {
+        "count": len(ordered),
+        "p50": rank(0.50),
+        "p99": rank(0.99),
+        "max": ordered[-1],
+        "mean": sum(ordered) / len(ordered),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """Cores, CPU model, Python and the versions of the packages involved."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        cpu = platform.processor()
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    prometheus = None
+    binary = os.environ.get("PROMETHEUS_BIN") or "prometheus"
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=False)
+        prometheus = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else None
+    except OSError:
+        prometheus = None
+    return {
+        "nproc": os.cpu_count(),
+        "sched_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": versions,
+        "prometheus": prometheus,
+        "loadavg_1_5_15": list(os.getloadavg()),
+    }
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``bench/results/<name>.json`` (configuration, machine, raw samples, summaries)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"suite": name, "time": time.time(), "machine": machine(), **payload}
+    path.write_text(json.dumps(payload, indent=1, default=float) + "\n", encoding="utf-8")
+    return path
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux ``/proc/self/statm``)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class CaptureServers:
+    """A child process serving the vLLM capture on ``len(ports)`` loopback ports (see :mod:`bench.capture_server`)."""
+
+    process: subprocess.Popen[bytes]
+    ports: list[int]
+    body_bytes: int
+
+    @property
+    def targets(self) -> list[str]:
+        """``127.0.0.1:<port>`` of every endpoint."""
+        return [f"127.0.0.1:{p}" for p in self.ports]
+
+
+@contextmanager
+def capture_servers(count: int, capture: Path = CAPTURE) -> Iterator[CaptureServers]:
+    """Start :mod:`bench.capture_server` with ``count`` ports; stop it (by PID) on exit, even on errors."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.capture_server", "--ports", str(count), "--capture", str(capture)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench.capture_server exited with {process.wait()} before listening")
+        info = json.loads(line)
+        yield CaptureServers(process, info["ports"], info["bytes"])
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+class CpuTimer:
+    """Wall and process CPU time of a block (all threads of this process)."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+
+    def __enter__(self) -> CpuTimer:
+        self._w0, self._c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._w0
+        self.cpu = time.process_time() - self._c0
+
+
+def thread_names() -> list[str]:
+    """Names of the live threads (recorded to show what ran beside the measurement)."""
+    return sorted(t.name for t in threading.enumerate())
+
+
+@contextmanager
+def simulated_vllm(count: int, rps: float = 10.0) -> Iterator[list[str]]:
+    """``count`` simulated vLLM servers (``python -m otel_bridge.simulation.vllm --workload``), each its own process.
+
+    Yields their ``host:port``; terminates them by PID on exit.
+    """
+    processes: list[subprocess.Popen[str]] = []
+    hostports: list[str] = []
+    try:
+        for index in range(count):
+            process = subprocess.Popen(
+                [sys.executable, "-m", "otel_bridge.simulation.vllm", "--workload", "--seed", str(index), "--rps",
+                 str(rps)],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+            )  # fmt: skip
+            processes.append(process)
+            assert process.stdout is not None
+            line = process.stdout.readline().strip()
+            if not line.startswith("serving "):
+                raise RuntimeError(f"simulated vLLM did not start: {line!r}")
+            hostports.append(line.split("//", 1)[1].split("/", 1)[0])
+        yield hostports
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+class DelayProxy:
+    """A real HTTP proxy on 127.0.0.1 in front of ``upstream``: adds ``delay_s`` to every request and counts them.
+
+    Built on ``tests.helpers.http_servers.ScriptedHTTPServer`` (a threaded server: concurrent requests are delayed
+    concurrently, as network latency is). ``count`` is the number of requests that reached it.
+    """
+
+    def __init__(self, upstream: str, delay_s: float) -> None:
+        import requests
+
+        from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+
+        self.upstream = upstream
+        self.delay_s = delay_s
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.count = 0
+
+        def forward(request: RecordedRequest) -> Response:
+            with self._lock:
+                self.count += 1
+            session = getattr(self._local, "session", None)
+            if session is None:
+                session = self._local.session = requests.Session()
+            answer = session.request(
+                request.method,
+                upstream + request.path,
+                params=request.query,
+                data=request.body or None,
+                headers={"Content-Type": request.headers.get("content-type", "")} if request.body else None,
+                timeout=60,
+            )
+            return Response(
+                status=answer.status_code,
+                body=answer.content,
+                headers={"Content-Type": answer.headers.get("Content-Type", "application/json")},
+                delay_s=delay_s,
+            )
+
+        self._server = ScriptedHTTPServer(forward)
+        self.url = self._server.url
+
+    def close(self) -> None:
+        """Stop the proxy (delayed answers in flight are released)."""
+        self._server.close()
+
+    def __enter__(self) -> DelayProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextmanager
+def prometheus_stack(workdir: Path, replicas: int = 2) -> Iterator[str]:
+    """Simulated vLLM servers (seeded workload) and a real Prometheus scraping them every second; yields its URL."""
+    from tests.helpers.prometheus_server import PrometheusServer
+
+    with simulated_vllm(replicas) as targets:
+        server = PrometheusServer(workdir / "prometheus", targets, scrape_interval_s=1.0)
+        try:
+            server.start()
+            server.wait_for_samples("vllm:generation_tokens_total", count=3)
+            yield server.url
+        finally:
+            server.stop()
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, name: str) -> Path:
+    """Save ``fig`` as ``bench/results/<name>.png`` and close it."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path

@@ -1,0 +1,111 @@
+"""Render the results in ``bench/results/*.json`` as the Markdown tables of bench/README.md.
+
+``python -m bench.table`` prints them (paste them into the README after a run).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from bench.common import RESULTS
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.0f}"
+
+
+def render() -> str:
+    """All available tables as one Markdown string."""
+    out: list[str] = []
+    boundary = _load("boundary")
+    if boundary:
+        conf = boundary["configuration"]
+        out += [
+            f"**Step-boundary cost** ({conf['steps']} steps, 20 metrics, training-thread time per step = "
+            "`with` enter + `log` + `with` exit; baseline = sequential client)",
+            "",
+            "| proxy latency | otel-bridge p50 / p99 / max (ms) | baseline p50 / p99 / max (ms) | "
+            "p99 <= 1 ms | baseline/bridge: p99, max, mean |",
+            "|---|---|---|---|---|",
+        ]
+        for row in boundary["rows"]:
+            o, b, r = row["bridge_ms"], row["baseline_ms"], row["ratios"]
+            out.append(
+                f"| {row['latency']} | {_ms(o['p50'])} / {_ms(o['p99'])} / {_ms(o['max'])} | "
+                f"{_ms(b['p50'])} / {_ms(b['p99'])} / {_ms(b['max'])} | {'yes' if row['target_p99_le_1ms'] else 'NO'} "
+                f"| {r['baseline_p99_over_bridge_p99']:.2f}x, {r['baseline_max_over_bridge_max']:.0f}x, "
+                f"{r['baseline_mean_over_bridge_mean']:.1f}x |"
+            )
+        out.append("")
+    requests = _load("requests")
+    if requests:
+        out += ["**Requests per step** (at the proxy)", "", "| metrics | requests/step | max in one step | <= 2 |",
+                "|---|---|---|---|"]  # fmt: skip
+        for row in requests["rows"]:
+            ok = "yes" if row["target_le_2"] else "NO"
+            out.append(f"| {row['metrics']} | {row['requests_per_step']:.2f} | {row['max_in_one_step']} | {ok} |")
+        out.append("")
+    scrape = _load("scrape")
+    if scrape:
+        parse = scrape["parse_only"]
+        out += [
+            "**Scrape scaling** (20 of the capture's families configured; wall times are medians)",
+            "",
+            "| endpoints | collection wall (s) | = scrape round + stats (s) | CPU (s) | MB/s | baseline wall (s) | "
+            "baseline MB/s | ratio: collection / round only |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in scrape["rows"]:
+            out.append(
+                f"| {row['endpoints']} | {row['collection_wall_s_p50']:.3f} | {row['scrape_round_wall_s_p50']:.3f} + "
+                f"{row['stats_wall_s_p50']:.3f} | {row['collection_cpu_s_p50']:.3f} | {row['bridge_mb_s']:.1f} | "
+                f"{row['baseline_wall_s_p50']:.3f} | {row['baseline_mb_s']:.1f} | {row['ratio_collection']:.1f}x / "
+                f"{row['ratio_round_only']:.1f}x |"
+            )
+        mb = parse["throughput_mb_s"]
+        out += [
+            "",
+            f"Parse only (in memory, {parse['bytes']} bytes): otel-bridge {mb['otel_bridge_filtered']:.1f} MB/s "
+            f"with 20 families wanted, {mb['otel_bridge_all_families']:.1f} MB/s all families; prometheus_client "
+            f"{mb['baseline_prometheus_client']:.2f} MB/s: **{parse['ratio_filtered_over_baseline']:.1f}x**.",
+            "",
+        ]
+    memory = _load("memory")
+    if memory:
+        out += ["**Memory** (RSS growth)", "", "| run | growth (MB) | between steps | note |", "|---|---|---|---|"]
+        for row in memory["rows"]:
+            note = ""
+            if "extrapolated_9000_steps_mb" in row:
+                note = (
+                    f"slope x 9,000 steps = {row['extrapolated_9000_steps_mb']:.1f} MB (extrapolated); "
+                    f"{row['step_s_mean']:.2f} s/step"
+                )
+            out.append(f"| {row['run']} | {row['growth_mb']:.2f} | {row['between'][0]}-{row['between'][1]} | {note} |")
+        out.append("")
+    overhead = _load("overhead")
+    if overhead:
+        row = overhead["rows"][0]
+        o, p = row["bridge_us"], row["plain_dict_us"]
+        out += [
+            "**Trainer-side overhead** (per step: 100 counter adds + `bridge.log` of 100 keys vs plain dict updates)",
+            "",
+            "| | p50 (µs) | p99 (µs) | mean (µs) |",
+            "|---|---|---|---|",
+            f"| otel-bridge | {o['p50']:.0f} (adds {row['counter_adds_us_p50']:.0f} + log {row['log_us_p50']:.0f}) "
+            f"| {o['p99']:.0f} | {o['mean']:.0f} |",
+            f"| plain dict | {p['p50']:.1f} | {p['p99']:.1f} | {p['mean']:.1f} |",
+            f"| ratio | {row['ratio_p50']:.0f}x | | {row['ratio_mean']:.0f}x |",
+            "",
+        ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render() + "\n")

@@ -35,6 +35,7 @@ from otel_bridge.window import Sample, StepWindow
 _log = logging.getLogger(__name__)
 
 Families = dict[str, ExpositionFamily]
+_MAX_CACHED_SERIES = 200_000
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -89,6 +90,7 @@ class ScrapeProducer:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._series_keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], SeriesKey] = {}
         self.set_targets(targets)
 
     def _wanted_names(self) -> set[str]:
@@ -216,11 +218,12 @@ class ScrapeProducer:
         with self._cond:
             relevant = self._relevant(window)
             self._prune(window.end)
-        series = self._series(relevant)
+        by_name = self._series(relevant)
         metrics = []
         missing = []
         for query in self._queries:
-            points = compute_stats(query, series, window)
+            names = query.series_names()
+            points = compute_stats(query, [s for name in names for s in by_name.get(name, ())], window)
             if points is None:
                 missing.append(query)
             elif points:
@@ -246,7 +249,9 @@ class ScrapeProducer:
                 keep_from = index
         del self._snapshots[:keep_from]
 
-    def _series(self, snapshots: Sequence[Snapshot]) -> list[RawSeries]:
+    def _series(self, snapshots: Sequence[Snapshot]) -> dict[str, list[RawSeries]]:
+        """The samples of every series in ``snapshots``, grouped by sample name."""
+        keys = self._series_keys
         samples: dict[SeriesKey, list[Sample]] = {}
         for snapshot in snapshots:
             for instance, families in snapshot.families.items():
@@ -254,10 +259,18 @@ class ScrapeProducer:
                     continue
                 for family in families.values():
                     for sample in family.samples:
-                        labels = {**sample.labels, "instance": instance}
-                        key = (sample.name, tuple(sorted(labels.items())))
+                        raw = (instance, sample.name, tuple(sample.labels.items()))
+                        key = keys.get(raw)
+                        if key is None:
+                            labels = {**sample.labels, "instance": instance}
+                            key = keys[raw] = (sample.name, tuple(sorted(labels.items())))
                         samples.setdefault(key, []).append((snapshot.t, sample.value))
-        return [RawSeries(name=name, labels=dict(labels), samples=s) for (name, labels), s in samples.items()]
+        if len(keys) > _MAX_CACHED_SERIES:  # series churn (restarts, new label values): start afresh
+            keys.clear()
+        by_name: dict[str, list[RawSeries]] = {}
+        for (name, label_items), points in samples.items():
+            by_name.setdefault(name, []).append(RawSeries(name=name, labels=dict(label_items), samples=points))
+        return by_name
 
     def close(self) -> None:
         """Stop the sampler thread and close the HTTP sessions."""

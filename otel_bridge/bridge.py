@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Any
 
 from opentelemetry.metrics import Meter
-from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
 
 from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.discovery import (
@@ -133,12 +133,7 @@ class Bridge:
                 resource=resource,
                 warn_interval_s=config.delivery.warn_interval_s,
             )
-            # Exemplars are not exported to trackers; sampling them only slows every add(). OTel's own variable
-            # OTEL_METRICS_EXEMPLAR_FILTER still decides when set.
-            exemplars = None if os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") else AlwaysOffExemplarFilter()
-            self.meter_provider = MeterProvider(
-                metric_readers=[self.reader, *self._extra.readers], resource=resource, exemplar_filter=exemplars
-            )
+            self.meter_provider = MeterProvider(metric_readers=[self.reader, *self._extra.readers], resource=resource)
             for producer in self._producers:
                 if isinstance(producer, ProducerLifecycle):
                     producer.start()

@@ -1,9 +1,11 @@
 """collector/prometheus.yml for real: a Prometheus started with it (scrape interval, ports and paths substituted)
-scrapes a Ray-style service-discovery file, a rollout server and a trainer, evaluates the recording rules, and
-otel-bridge's PromQL path reads the rollout metrics back, one record per step.
+scrapes the real local Ray cluster's service-discovery file, a rollout server and a trainer, evaluates the recording
+rules, and otel-bridge's PromQL path reads the rollout and the Ray metrics back, one record per step.
 
-Ray itself is not started: the service-discovery file is written the way the Ray head writes
-``prom_metrics_service_discovery.json``, listing a simulated vLLM server.
+Ray lists its metrics ports under this machine's non-loopback address; the test sends traffic to 127.0.0.1 only, so
+Prometheus reads a copy of Ray's ``prom_metrics_service_discovery.json`` with the hosts rewritten to 127.0.0.1 (Ray's
+agents listen on all interfaces). The copy also lists a simulated vLLM server, as verl's rollout workers appear
+through Ray's metrics.
 """
 
 from __future__ import annotations
@@ -119,17 +121,24 @@ def generate(replicas: list[Replica], step: int) -> int:
 
 @pytest.mark.integration
 def test_prometheus_yml_scrapes_ray_rollout_and_trainer_for_the_bridge(
-    tmp_path: Path, replicas: list[Replica], trainer_endpoint: MetricsHTTPServer
+    tmp_path: Path, replicas: list[Replica], trainer_endpoint: MetricsHTTPServer, ray_cluster: Any
 ) -> None:
     ray_node, rollout_server = replicas
+    groups = json.loads(ray_cluster.sd_file.read_text(encoding="utf-8"))
+    ray_targets = [f"127.0.0.1:{t.rsplit(':', 1)[1]}" for group in groups for t in group["targets"]]
+    assert f"127.0.0.1:{ray_cluster.metrics_export_port}" in ray_targets
     sd_file = tmp_path / "prom_metrics_service_discovery.json"
-    sd_file.write_text(json.dumps([{"labels": {"job": "ray"}, "targets": [ray_node.hostport]}]), encoding="utf-8")
+    sd_groups = [{"labels": {"job": "ray"}, "targets": [*ray_targets, ray_node.hostport]}]
+    sd_file.write_text(json.dumps(sd_groups), encoding="utf-8")
     trainer = trainer_endpoint.url.split("//", 1)[1].split("/", 1)[0]
     prometheus = ConfiguredPrometheus(tmp_path / "prometheus", local_config(sd_file, rollout_server.hostport, trainer))
     try:
         prometheus.start()
-        for job in ("ray", "rollout", "trainer"):
+        for job in ("rollout", "trainer"):
             wait_for(prometheus, f'up{{job="{job}"}}', equals(1.0), f"job {job} scraped")
+        wait_for(prometheus, 'min(up{job="ray"})', equals(1.0), "every Ray target scraped")
+        wait_for(prometheus, 'count(up{job="ray"})', equals(len(ray_targets) + 1.0), "every Ray target known")
+        wait_for(prometheus, "count(ray_node_mem_total)", above(0.0), "Ray's node metrics scraped")
         instances = {r["metric"]["instance"]: r["metric"]["job"] for r in prometheus.query("vllm:num_requests_running")}
         assert instances == {ray_node.hostport: "ray", rollout_server.hostport: "rollout"}
         prometheus.wait_for_samples("vllm:generation_tokens_total", count=2)
@@ -138,7 +147,11 @@ def test_prometheus_yml_scrapes_ray_rollout_and_trainer_for_the_bridge(
 
         bridge_config = {
             "prometheus": {"url": prometheus.url, "scrape_interval_s": SCRAPE_INTERVAL_S},
-            "metrics": [{"preset": "vllm"}],
+            "metrics": [
+                {"preset": "vllm"},
+                {"name": "ray_node_mem_total", "type": "gauge", "stats": ["last"]},
+                {"name": "ray_node_cpu_utilization", "type": "gauge", "stats": ["max"]},
+            ],
             "trackers": [{"type": "jsonl"}],
             "run": {"name": "deploy-prometheus-yml", "dir": str(tmp_path / "runs")},
         }
@@ -161,6 +174,8 @@ def test_prometheus_yml_scrapes_ray_rollout_and_trainer_for_the_bridge(
                 record = bridge.collect(step)
                 assert record["actor/loss"] == 1.0 / (step + 1)
                 assert record["rollout/vllm/generation_tokens_total/delta"] == tokens, record
+                assert record["rollout/ray_node_mem_total/last"] > 0, record
+                assert "rollout/ray_node_cpu_utilization/max" in record, record
                 assert record["rollout/vllm/generation_tokens_total/rate"] > 0
                 assert record["rollout/vllm/request_success_total/delta"] == (2 + step) + (3 + step)
                 assert record["rollout/vllm/num_requests_running/last"] == 1 + 2

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import math
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,42 +14,12 @@ from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.base import Backend, create_backend
 from otel_bridge.exporters.backends.mlflow import MAX_METRICS_PER_BATCH, MlflowBackend, mlflow_key_problem
 from otel_bridge.exporters.record import StepRecord
+from tests.helpers.offline import T0, block_network, make_records
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.entities import Metric  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
-
-T0 = 1_700_000_000.25
-
-
-def make_records(count: int = 200, first_step: int = 1) -> list[StepRecord]:
-    """Trainer and infrastructure-like keys; one key appears only every 5th step."""
-    records = []
-    for index in range(count):
-        step = first_step + index
-        values = {
-            "actor/loss": 1.0 / step,
-            "critic/vf_loss": -0.5 * step,
-            "trainer.tokens": float(1000 * step),
-            "timing s/gen": 1e-4 * step,
-            "rollout/vllm/kv_cache_usage_perc/max": 0.01 * (step % 97),
-            "rollout/vllm/generation_tokens_total/delta/model_name.m": float(512 * step),
-            "otel_bridge/scrape_errors/instance.127.0.0.1_8000": float(step // 50),
-        }
-        if step % 5 == 0:
-            values["rollout/vllm/time_to_first_token_seconds/p99"] = 0.123456789 * step
-        records.append(StepRecord(step=step, values=values, time=T0 + 10.0 * step, window_start=T0 + 10.0 * (step - 1)))
-    return records
-
-
-def _is_local(host: object) -> bool:
-    if host is None or host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 @pytest.fixture(autouse=True)
@@ -61,23 +29,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("DO_NOT_TRACK", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    attempts: list[object] = []
-    real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
-
-    def connect(sock: socket.socket, address: Any) -> None:
-        if sock.family != getattr(socket, "AF_UNIX", None) and not _is_local(address[0]):
-            attempts.append(address)
-            raise OSError(f"test: connection to {address} blocked")
-        real_connect(sock, address)
-
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _is_local(host):
-            attempts.append(host)
-            raise socket.gaierror(f"test: name lookup of {host} blocked")
-        return real_getaddrinfo(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    attempts = block_network(monkeypatch)
     try:
         yield
     finally:

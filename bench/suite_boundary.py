@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.baselines.sequential_client import SequentialPrometheusClient, instant_query_names
-from bench.common import TWENTY_METRICS, DelayProxy, prometheus_stack, pyplot, save_figure, summary, write_result
+from bench.common import DelayProxy, prometheus_stack, pyplot, save_figure, summary, write_result
 from otel_bridge import Bridge
+from tests.helpers.metric_sets import TWENTY_METRICS
 
 NAME = "boundary"
 LATENCIES_MS = (0, 20, 200)

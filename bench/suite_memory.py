@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import TWENTY_METRICS, capture_servers, pyplot, rss_bytes, save_figure, write_result
+from bench.common import capture_servers, pyplot, rss_bytes, save_figure, write_result
 from otel_bridge import Bridge
+from tests.helpers.metric_sets import TWENTY_METRICS
 
 NAME = "memory"
 SCRAPE_BUDGET_S = 60.0

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import TWENTY_METRICS, DelayProxy, prometheus_stack, pyplot, save_figure, write_result
+from bench.common import DelayProxy, prometheus_stack, pyplot, save_figure, write_result
 from otel_bridge import Bridge
+from tests.helpers.metric_sets import TWENTY_METRICS
 
 NAME = "requests"
 COUNTS = (1, 20, 100)

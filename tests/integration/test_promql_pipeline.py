@@ -21,6 +21,7 @@ from otel_bridge import Bridge
 from otel_bridge.prometheus.promql import duration
 from tests.conftest import Replica
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+from tests.helpers.metric_sets import TWENTY_METRICS
 from tests.helpers.prometheus_server import PrometheusServer
 
 QUIET_S = 1.5
@@ -182,22 +183,6 @@ def counting_proxy(upstream: str) -> ScriptedHTTPServer:
         )
 
     return ScriptedHTTPServer(forward)
-
-
-TWENTY_METRICS: list[dict[str, Any]] = [
-    *({"name": f"vllm:{n}_total", "type": "counter"} for n in (
-        "generation_tokens", "prompt_tokens", "request_success", "num_preemptions",
-        "prefix_cache_hits", "prefix_cache_queries", "prompt_tokens_cached", "estimated_flops_per_gpu",
-    )),
-    *({"name": f"vllm:{n}", "type": "gauge"} for n in (
-        "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "engine_sleep_state",
-    )),
-    *({"name": f"vllm:{n}", "type": "histogram"} for n in (
-        "time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
-        "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
-        "request_inference_time_seconds", "request_prompt_tokens",
-    )),
-]  # fmt: skip
 
 
 @pytest.mark.integration

@@ -128,7 +128,22 @@ class PrometheusConfig(_Model):
     scrape_interval_s: float = Field(
         15.0,
         gt=0,
-        description="Prometheus' scrape interval: the bridge looks 2x this far back for a window's baseline.",
+        description=(
+            "Prometheus' scrape interval, used until Prometheus' own targets list says otherwise: the bridge looks 2x "
+            "this far back for a window's baseline."
+        ),
+    )
+    boundary: Literal["auto", "scrape", "samples"] = Field(
+        "auto",
+        description=(
+            "What bounds a step's window for counters and histograms. 'scrape': the bridge scrapes the targets "
+            "Prometheus lists at each step boundary itself (exact); 'samples': Prometheus' last sample at or before "
+            "each boundary (off by up to one scrape interval, reported as otel_bridge/boundary_lag_s); 'auto': "
+            "scrape when Prometheus lists at most boundary_max_targets such targets and all answer, else samples."
+        ),
+    )
+    boundary_max_targets: int = Field(
+        64, ge=0, description="With boundary: auto, the most targets the bridge scrapes itself at each boundary."
     )
     auth: AuthConfig = AuthConfig()
     tls: TLSConfig = TLSConfig()

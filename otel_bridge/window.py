@@ -45,11 +45,16 @@ class StepWindow:
 
     ``start`` is ``None`` when the step has no previous boundary (the first ``log()`` after start-up): statistics that
     need a baseline (counter deltas, histogram statistics) are then not reported for that step.
+
+    ``final`` marks the run's last window (set by ``close()``): no later window will count what happened between
+    ``end`` and the next sample a source takes, so a source that samples on its own schedule (Prometheus) closes this
+    window with its first sample after ``end`` instead of its last one before.
     """
 
     step: int
     start: float | None
     end: float
+    final: bool = False
 
     def __post_init__(self) -> None:
         if self.start is not None and self.start > self.end:

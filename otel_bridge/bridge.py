@@ -20,6 +20,7 @@ tracker in step order.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import math
 import os
@@ -198,11 +199,19 @@ class Bridge:
             prom = config.prometheus
             assert prom.url is not None
             client = connect(prom)
+
+            def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> ScrapeProducer:
+                return self._new_scrape_producer(urls, counting, strict=True, discovered=False)
+
             return [
                 PromQLProducer(
                     client,
                     queries,
                     scrape_interval_s=prom.scrape_interval_s,
+                    boundary=prom.boundary,
+                    boundary_max_targets=prom.boundary_max_targets,
+                    boundary_scraper=boundary_scraper,
+                    refresh_interval_s=config.scrape.refresh_interval_s,
                     health=self.health,
                     warn_interval_s=delivery.warn_interval_s,
                     strict=strict,
@@ -210,8 +219,8 @@ class Bridge:
             ]
         return [self._build_scrape_producer(queries, rollout_servers, strict)]
 
-    def _build_scrape_producer(
-        self, queries: list[MetricQuery], rollout_servers: RolloutServers | None, strict: bool
+    def _new_scrape_producer(
+        self, targets: Sequence[str], queries: Sequence[MetricQuery], *, strict: bool, discovered: bool
     ) -> ScrapeProducer:
         config = self.config
         scrape = config.scrape
@@ -220,11 +229,8 @@ class Bridge:
         cert: tuple[str, str] | str | None = None
         if tls.cert_file is not None:
             cert = (str(tls.cert_file), str(tls.key_file)) if tls.key_file else str(tls.cert_file)
-        static = config.scrape_targets
-        registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
-        discovered = scrape.targets == AUTO
-        producer = ScrapeProducer(
-            [*static, *registered],
+        return ScrapeProducer(
+            targets,
             queries,
             timeout_s=scrape.timeout_s,
             sample_interval_s=scrape.sample_interval_s,
@@ -237,6 +243,16 @@ class Bridge:
             strict=strict,
             discovered=discovered,
         )
+
+    def _build_scrape_producer(
+        self, queries: list[MetricQuery], rollout_servers: RolloutServers | None, strict: bool
+    ) -> ScrapeProducer:
+        config = self.config
+        scrape = config.scrape
+        static = config.scrape_targets
+        registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
+        discovered = scrape.targets == AUTO
+        producer = self._new_scrape_producer([*static, *registered], queries, strict=strict, discovered=discovered)
         if discovered:
 
             def resolve() -> list[str]:
@@ -446,6 +462,8 @@ class Bridge:
         if self._closed:
             assert self._report is not None
             return self._report
+        if self._pending is not None:  # the run's last window: sources that sample on their own schedule close it
+            self._pending.window = dataclasses.replace(self._pending.window, final=True)
         self.commit()
         self._closed = True
         atexit.unregister(self._close_at_exit)

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from otel_bridge.errors import ConfigError
+from otel_bridge.prometheus.promql import parse_duration
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
 ENV_PREFIX = "OTEL_BRIDGE__"
@@ -471,10 +472,10 @@ def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
         return None
     config = _read_yaml(Path(file))
     text = str((config.get("global") or {}).get("scrape_interval", ""))
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", text.strip())
-    if match is None:
+    try:
+        return parse_duration(text)
+    except ConfigError:
         return None
-    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[match.group(2)]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -17,6 +17,8 @@ BACKEND_DROPPED = "otel_bridge/backend_dropped"
 DROPPED_INFRA = "otel_bridge/dropped_infra_steps"
 NONFINITE_VALUES = "otel_bridge/nonfinite_values"
 INFRA_UNAVAILABLE = "otel_bridge/infra_unavailable"
+BOUNDARY_LAG = "otel_bridge/boundary_lag_s"
+TARGETS_DOWN = "otel_bridge/targets_down"
 
 
 class Health:

@@ -40,7 +40,8 @@ class TargetWatcher:
 
     ``initial`` is the set the caller already knows (e.g. resolved synchronously at start-up): the first resolution
     reports only a difference from it. Without ``initial`` the first successful resolution is always reported.
-    ``name`` appears in the thread name and log messages.
+    ``name`` appears in the thread name and log messages. ``normalize`` checks and sorts what ``resolve`` returns
+    (``host:port`` by default; pass another to watch URLs).
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class TargetWatcher:
         initial: Iterable[str] | None = None,
         name: str = "targets",
         warn_interval_s: float = 60.0,
+        normalize: Callable[[Iterable[object], str], list[str]] = normalize_targets,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError(f"TargetWatcher interval_s = {interval_s} must be > 0 seconds")
@@ -59,7 +61,8 @@ class TargetWatcher:
         self._on_change = on_change
         self._interval_s = interval_s
         self._name = name
-        self._current: list[str] | None = normalize_targets(initial) if initial is not None else None
+        self._normalize = normalize
+        self._current: list[str] | None = normalize(initial, "target") if initial is not None else None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -135,7 +138,7 @@ class TargetWatcher:
 
     def _round(self) -> None:
         try:
-            targets = normalize_targets(self._resolve(), f"target from watcher {self._name!r}")
+            targets = self._normalize(self._resolve(), f"target from watcher {self._name!r}")
         except Exception as exc:  # noqa: BLE001 - any resolver failure is logged, counted, and the last set kept
             with self._lock:
                 self._failures += 1

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.window import Sample, StepWindow, counter_increase, gauge_statistic, histogram_statistic
 
 Group = tuple[tuple[str, str], ...]
+Increases = dict[tuple[str, Group], float]
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "sum": math.fsum,
@@ -53,39 +54,67 @@ def compute_stats(query: MetricQuery, series: Sequence[RawSeries], window: StepW
 
     Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points.
     """
-    if query.ratio is not None:
-        return _ratio(query, series, window)
-    assert query.name is not None
-    assert query.kind is not None
-    names = set(query.series_names())
-    selected = [s for s in series if s.name in names and query.matches(s.labels)]
-    if not selected:
+    if query.kind == "gauge" and query.ratio is None:
+        assert query.name is not None
+        selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
+        return _gauge(query, selected, window) if selected else None
+    increases = window_increases(query, series, window)
+    if increases is None:
         return None
-    if query.kind == "counter":
-        return _counter(query, selected, window)
-    if query.kind == "gauge":
-        return _gauge(query, selected, window)
-    return _histogram(query, selected, window)
+    return stats_from_increases(query, increases, window)
 
 
-def _sum_increases(
-    series: Iterable[RawSeries], window: StepWindow, key: Callable[[RawSeries], Group]
-) -> dict[Group, float]:
-    totals: dict[Group, float] = {}
-    for s in series:
+def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> Increases | None:
+    """The summed increases of a counter, histogram or ratio query's series during ``window``, per group.
+
+    Keys are ``(sample name, group)``; a histogram bucket's group ends with its ``("le", bound)`` pair. ``None`` when
+    no series matches (for a ratio: when either side has none). Without a window start the mapping is empty.
+    """
+    names = query.series_names()
+    selected = [s for s in series if s.name in names and query.matches(s.labels)]
+    if query.ratio is not None:
+        present = {s.name for s in selected}
+        if not all(name in present for name in query.ratio):
+            return None
+    elif not selected:
+        return None
+    increases: Increases = {}
+    if window.start is None:
+        return increases
+    bucket_name = names[0] if query.kind == "histogram" and query.ratio is None else None
+    for s in selected:
+        group = group_of(s.labels, query.by)
+        if s.name == bucket_name:
+            le = s.labels.get("le")
+            if le is None:
+                continue
+            group = (*group, ("le", le))
         increase = counter_increase(s.samples, window)
         if increase is not None:
-            group = key(s)
-            totals[group] = totals.get(group, 0.0) + increase
-    return totals
+            key = (s.name, group)
+            increases[key] = increases.get(key, 0.0) + increase
+    return increases
 
 
-def _counter(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint]:
+def merge_increases(*parts: Increases) -> Increases:
+    """Add several :data:`Increases` mappings (e.g. Prometheus' aggregated answer and raw series) key by key."""
+    merged: Increases = {}
+    for part in parts:
+        for key, value in part.items():
+            merged[key] = merged.get(key, 0.0) + value
+    return merged
+
+
+def stats_from_increases(query: MetricQuery, increases: Increases, window: StepWindow) -> list[StatPoint]:
+    """A counter's delta/rate, a histogram's statistics or a ratio, per group, from its window increases."""
     if window.seconds is None:
         return []
-    deltas = _sum_increases(series, window, lambda s: group_of(s.labels, query.by))
+    if query.ratio is not None:
+        return _ratio(query, increases)
+    if query.kind == "histogram":
+        return _histogram(query, increases)
     points = []
-    for group, delta in sorted(deltas.items()):
+    for (_, group), delta in sorted(increases.items()):
         for stat in query.stats:
             if stat == "delta":
                 points.append(StatPoint(stat, group, delta))
@@ -109,46 +138,37 @@ def _gauge(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) 
     return points
 
 
-def _histogram(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint]:
-    if window.start is None:
-        return []
-    assert query.name is not None
+def _histogram(query: MetricQuery, increases: Increases) -> list[StatPoint]:
     bucket_name, sum_name, count_name = query.series_names()
     buckets: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    for s in series:
-        if s.name != bucket_name or "le" not in s.labels:
-            continue
-        increase = counter_increase(s.samples, window)
-        if increase is None:
-            continue
-        try:
-            upper = float(s.labels["le"])
-        except ValueError:
-            continue
-        buckets[group_of(s.labels, query.by)][upper] += increase
-    sums = _sum_increases((s for s in series if s.name == sum_name), window, lambda s: group_of(s.labels, query.by))
-    counts = _sum_increases((s for s in series if s.name == count_name), window, lambda s: group_of(s.labels, query.by))
+    sums: dict[Group, float] = {}
+    counts: dict[Group, float] = {}
+    for (name, group), value in increases.items():
+        if name == bucket_name:
+            try:
+                upper = float(group[-1][1])
+            except ValueError:
+                continue
+            buckets[group[:-1]][upper] += value
+        elif name == sum_name:
+            sums[group] = value
+        elif name == count_name:
+            counts[group] = value
     points = []
     for group in sorted(set(buckets) | set(sums) | set(counts)):
         bucket_items = sorted(buckets.get(group, {}).items())
         for stat in query.stats:
-            value = histogram_statistic(stat, bucket_items, sums.get(group), counts.get(group))
-            if value is not None:
-                points.append(StatPoint(stat, group, value))
+            statistic = histogram_statistic(stat, bucket_items, sums.get(group), counts.get(group))
+            if statistic is not None:
+                points.append(StatPoint(stat, group, statistic))
     return points
 
 
-def _ratio(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint] | None:
+def _ratio(query: MetricQuery, increases: Increases) -> list[StatPoint]:
     assert query.ratio is not None
     numerator, denominator = query.ratio
-    num_series = [s for s in series if s.name == numerator and query.matches(s.labels)]
-    den_series = [s for s in series if s.name == denominator and query.matches(s.labels)]
-    if not num_series or not den_series:
-        return None
-    if window.start is None:
-        return []
-    num = _sum_increases(num_series, window, lambda s: group_of(s.labels, query.by))
-    den = _sum_increases(den_series, window, lambda s: group_of(s.labels, query.by))
+    num = {group: value for (name, group), value in increases.items() if name == numerator}
+    den = {group: value for (name, group), value in increases.items() if name == denominator}
     points = []
     for group in sorted(set(num) & set(den)):
         points.append(StatPoint(None, group, num[group] / den[group] if den[group] > 0 else math.nan))

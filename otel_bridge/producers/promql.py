@@ -1,32 +1,39 @@
 """PromQLProducer: window statistics from the Prometheus HTTP API, at most two requests per step.
 
-For a window ``(start, end]`` every query is evaluated at ``time=end``:
+Where a window's counters come from depends on ``prometheus.boundary`` (resolved once, at :meth:`start`):
 
-1. one instant query, the union (``or``) of every gauge statistic computed by Prometheus
-   (``sum by (...) (max_over_time(x[<window>]))``) and every raw PromQL expression, each tagged with a label
-   ``otel_bridge_q`` saying which configured metric and statistic it answers;
-2. one range-selector query (``{__name__=~"a|b|..."}[<window + baseline lookback>]``) returning the raw samples of
-   every counter and histogram series, from which the exact, reset-aware window statistics are computed with the same
-   code the scrape path uses (:mod:`otel_bridge.producers.aggregate`).
+- **boundary scrapes** (``scrape``; ``auto`` with few reachable targets): the bridge scrapes the targets Prometheus
+  lists for the configured counters and histograms itself at each step boundary (a
+  :class:`~otel_bridge.producers.scrape.ScrapeProducer` fed by Prometheus' ``/api/v1/targets``), so every count lands
+  in the step during which it happened; Prometheus supplies the gauges' history, raw PromQL and ``up``.
+- **Prometheus' samples** (``samples``; ``auto`` otherwise): each boundary is represented, per series, by the last
+  sample at or before it. Prometheus sums the per-series increases itself (:mod:`otel_bridge.producers.promql_plan`),
+  targets that restarted or appeared are re-read raw, and the record carries ``otel_bridge/boundary_lag_s``: the
+  largest distance between a boundary and the sample that stood for it.
 
-So the number of HTTP requests per step does not grow with the number of configured metrics.
+Either way consecutive windows share their boundary samples, so the deltas of contiguous steps add up to the run's
+increase; a window is read only once every scrape that started before its end has been stored (``scrape_timeout``
+after the end), and the run's last window waits for the samples after its end that close it.
 """
 
 from __future__ import annotations
 
 import logging
-import math
+import threading
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
 
 from opentelemetry.sdk.metrics.export import Metric
 
-from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusError
-from otel_bridge.health import MISSING_METRICS, QUERY_ERRORS, Health
-from otel_bridge.producers.aggregate import RawSeries, StatPoint, compute_stats
+from otel_bridge.discovery.watcher import TargetWatcher
+from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusError, ScrapeError
+from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, QUERY_ERRORS, SCRAPE_ERRORS, TARGETS_DOWN, Health
+from otel_bridge.producers.aggregate import RawSeries, merge_increases, stats_from_increases, window_increases
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
+from otel_bridge.producers.promql_plan import TARGET_LABELS, Target, WindowAnswer, WindowPlan, primary_names
+from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -34,15 +41,12 @@ from otel_bridge.window import MetricKind, StepWindow
 
 _log = logging.getLogger(__name__)
 
-TAG_LABEL = "otel_bridge_q"
-WINDOW_PLACEHOLDER = "$window"
-_OVER_TIME = {
-    "last": "last_over_time",
-    "min": "min_over_time",
-    "max": "max_over_time",
-    "mean": "avg_over_time",
-}
-_AGGREGATE = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
+BoundaryMode = Literal["auto", "scrape", "samples"]
+BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], ScrapeProducer]
+"""Builds the scrape producer for boundary scrapes from target URLs and the queries it reads."""
+
+_STORED_SLACK_S = 0.25  # after a scrape's timeout, until its samples are queryable
+_CLOSING_SLACK_S = 0.1  # past one interval after a final window's end, where its closing sample may lie
 
 
 class PromQLProducer:
@@ -54,15 +58,29 @@ class PromQLProducer:
         queries: Sequence[MetricQuery],
         *,
         scrape_interval_s: float = 15.0,
+        boundary: BoundaryMode = "samples",
+        boundary_max_targets: int = 64,
+        boundary_scraper: BoundaryScraper | None = None,
+        refresh_interval_s: float = 30.0,
         health: Health | None = None,
         warn_interval_s: float = 60.0,
         strict: bool = True,
     ) -> None:
+        if boundary != "samples" and boundary_scraper is None:
+            raise ConfigError(f"prometheus.boundary: {boundary} needs a boundary scraper; use boundary: samples")
         self._client = client
         self._strict = strict
         self._ready = False
         self._queries = list(queries)
-        self._lookback_s = 2.0 * scrape_interval_s
+        self._interval_s = scrape_interval_s
+        self._timeout_s = min(10.0, scrape_interval_s)
+        self._boundary: BoundaryMode = boundary
+        self._max_targets = boundary_max_targets
+        self._new_scraper = boundary_scraper
+        self._refresh_interval_s = refresh_interval_s
+        self._scraper: ScrapeProducer | None = None
+        self._watcher: TargetWatcher | None = None
+        self._closed = threading.Event()
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._health.count(QUERY_ERRORS, 0.0)
@@ -72,8 +90,17 @@ class PromQLProducer:
         """The resolved queries (types filled in after :meth:`start`)."""
         return list(self._queries)
 
+    @property
+    def boundary(self) -> BoundaryMode:
+        """How windows are bounded: ``scrape`` or ``samples`` once started (``auto`` before)."""
+        return self._boundary
+
+    @property
+    def _pad_s(self) -> float:
+        return 2.0 * self._interval_s
+
     def start(self) -> None:
-        """Check Prometheus and every query once, resolving metric types from its metadata.
+        """Check Prometheus and every query once, resolve metric types, and choose how boundaries are observed.
 
         A rejected query raises :class:`ConfigError`. An unreachable or broken Prometheus raises in strict mode; in
         degrade mode it is logged and retried at every step until it works.
@@ -82,7 +109,7 @@ class PromQLProducer:
             self._prepare()
         except ConfigError:
             raise
-        except PrometheusError as exc:
+        except (PrometheusError, ScrapeError) as exc:
             if self._strict:
                 raise
             self._health.count(QUERY_ERRORS)
@@ -97,19 +124,35 @@ class PromQLProducer:
             metadata = self._client.metadata()
             self._queries = [self._resolve_kind(q, metadata) for q in self._queries]
         now = time.time()
-        window = StepWindow(step=-1, start=now - self._lookback_s, end=now)
-        instant = self.instant_expression(window)
-        if instant is not None:
+        plan = WindowPlan(
+            self._queries,
+            StepWindow(step=-1, start=now - self._pad_s, end=now),
+            increase_queries=self._increase_queries(),
+            pad_s=self._pad_s,
+            closing_s=self._interval_s,
+        )
+        if plan.expression is not None:
             try:
-                self._client.query(instant, time=now)
+                self._client.query(plan.expression, time=now)
             except PrometheusAPIError as exc:
                 raise ConfigError(
                     f"Prometheus rejects the configured metrics ({exc.error_type}: {exc.error}); "
                     "check the promql/name/labels entries under metrics"
                 ) from None
         if not self._ready:
+            targets = self._serving_targets()
+            self._learn_schedule(targets)
+            self._choose_boundary(targets)
             self._ready = True
-            _log.info("Prometheus at %s is usable: %d configured metric(s)", self._client.url, len(self._queries))
+            _log.info(
+                "Prometheus at %s is usable: %d configured metric(s), %d target(s) serving them every %.3gs, "
+                "boundaries observed by %s",
+                self._client.url,
+                len(self._queries),
+                len(targets),
+                self._interval_s,
+                "the bridge's own boundary scrapes" if self._boundary == "scrape" else "Prometheus' samples",
+            )
 
     def _resolve_kind(self, query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) -> MetricQuery:
         if not query.needs_kind:
@@ -132,111 +175,242 @@ class PromQLProducer:
         resolved: MetricKind = kind  # type: ignore[assignment]
         return query.with_kind(resolved)
 
+    # -- targets and how boundaries are observed -------------------------------------------------------------------
+
+    def _counting_queries(self) -> list[int]:
+        return [
+            i for i, q in enumerate(self._queries) if q.promql is None and (q.kind != "gauge" or q.ratio is not None)
+        ]
+
+    def _increase_queries(self) -> list[int]:
+        return [] if self._scraper is not None else self._counting_queries()
+
+    def _serving_targets(self) -> list[dict[str, object]]:
+        """Prometheus' active targets that serve the configured counters and histograms."""
+        names = sorted({n for i in self._counting_queries() for n in primary_names(self._queries[i])})
+        if not names:
+            return []
+        expr = f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
+        serving = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in self._client.query(expr).series}
+        return [t for t in self._client.targets() if _target_key(t) in serving]
+
+    def _learn_schedule(self, targets: Sequence[dict[str, object]]) -> None:
+        intervals = [_seconds(t.get("scrapeInterval")) for t in targets]
+        timeouts = [_seconds(t.get("scrapeTimeout")) for t in targets]
+        known_intervals = [i for i in intervals if i is not None]
+        known_timeouts = [t for t in timeouts if t is not None]
+        if known_intervals:
+            self._interval_s = max(known_intervals)
+        self._timeout_s = max(known_timeouts) if known_timeouts else min(10.0, self._interval_s)
+
+    def _choose_boundary(self, targets: Sequence[dict[str, object]]) -> None:
+        if self._boundary == "samples" or self._new_scraper is None or not self._counting_queries():
+            self._boundary = "samples"
+            return
+        urls = sorted({str(t.get("scrapeUrl")) for t in targets if t.get("scrapeUrl")})
+        reason = None
+        if not urls:
+            reason = "Prometheus lists no target serving the configured counters and histograms yet"
+        elif self._boundary == "auto" and len(urls) > self._max_targets:
+            reason = f"{len(urls)} targets are more than prometheus.boundary_max_targets ({self._max_targets})"
+        if reason is None:
+            counting = [self._queries[i] for i in self._counting_queries()]
+            scraper = self._new_scraper(urls, counting)
+            try:
+                scraper.start()
+            except (ScrapeError, ConfigError) as exc:
+                scraper.close()
+                reason = str(exc)
+            else:
+                silent = scraper.unanswered()
+                if silent:
+                    scraper.close()
+                    reason = f"the bridge cannot scrape {', '.join(silent)} itself"
+                else:
+                    self._scraper = scraper
+                    self._watcher = TargetWatcher(
+                        self._target_urls,
+                        scraper.set_targets,
+                        interval_s=self._refresh_interval_s,
+                        initial=urls,
+                        name="Prometheus targets",
+                        normalize=_scrape_urls,
+                    )
+                    self._watcher.start()
+        if self._scraper is not None:
+            self._boundary = "scrape"
+            return
+        if self._boundary == "scrape":
+            raise ScrapeError(
+                f"prometheus.boundary: scrape, but {reason}; set prometheus.boundary: samples (windows bounded by "
+                "Prometheus' own samples, off by up to one scrape interval) or make the targets reachable"
+            )
+        _log.info("boundaries observed by Prometheus' samples (prometheus.boundary: auto): %s", reason)
+        self._boundary = "samples"
+
+    def _target_urls(self) -> list[str]:
+        return sorted({str(t["scrapeUrl"]) for t in self._serving_targets() if t.get("scrapeUrl")})
+
     def on_boundary(self, t: float) -> None:
-        """Nothing to do: Prometheus keeps the history."""
+        """Forward the boundary to the boundary scrapes (never blocks); nothing to do with Prometheus' samples."""
+        if self._scraper is not None:
+            self._scraper.on_boundary(t)
 
     def close(self) -> None:
-        """Close the HTTP session."""
+        """Stop the boundary scrapes and close the HTTP session."""
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.close()
+        if self._scraper is not None:
+            self._scraper.close()
         self._client.close()
 
-    def instant_expression(self, window: StepWindow) -> str | None:
-        """The single instant query (gauge statistics and raw PromQL) for ``window``; ``None`` when there is none."""
-        range_s = window.seconds if window.seconds is not None else self._lookback_s
-        length = promql.duration(max(range_s, 0.001))
-        parts = []
-        for index, query in enumerate(self._queries):
-            if query.promql is not None:
-                if WINDOW_PLACEHOLDER in query.promql and window.start is None:
-                    continue
-                expr = query.promql.replace(WINDOW_PLACEHOLDER, length)
-                parts.append(promql.tag_series(expr, TAG_LABEL, f"{index}/"))
-            elif query.kind == "gauge":
-                assert query.name is not None
-                stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
-                sel = promql.selector(query.name, dict(query.matchers))
-                aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
-                for stat in stats:
-                    expr = f"{aggregate} ({_OVER_TIME[stat]}({sel}[{length}]))"
-                    parts.append(promql.tag_series(expr, TAG_LABEL, f"{index}/{stat}"))
-        return promql.union(parts) if parts else None
-
-    def raw_expression(self, window: StepWindow) -> str | None:
-        """The single range-selector query for counters, histograms and ratios; ``None`` without a window start."""
-        if window.seconds is None:
-            return None
-        names = sorted(
-            {name for q in self._queries if q.promql is None and q.kind != "gauge" for name in q.series_names()}
-        )
-        if not names:
-            return None
-        length = promql.duration(window.seconds + self._lookback_s)
-        return f"{{__name__=~{promql.regex_alternation(names)}}}[{length}]"
+    # -- one window ------------------------------------------------------------------------------------------------
 
     def produce(self, window: StepWindow) -> list[Metric]:
         """Query Prometheus for ``window`` (at most two requests) and return one Metric per configured metric."""
-        points: dict[int, list[StatPoint]] = defaultdict(list)
-        answered: set[int] = set()
         if not self._ready:
             try:
                 self._prepare()
-            except PrometheusError:
+            except (PrometheusError, ScrapeError):
                 self._health.count(QUERY_ERRORS)
                 raise
+        plan = WindowPlan(
+            self._queries,
+            window,
+            increase_queries=self._increase_queries(),
+            pad_s=self._pad_s,
+            closing_s=self._interval_s + _CLOSING_SLACK_S,
+        )
+        self._wait_until_stored(plan.close_at)
+        metrics: list[Metric] = []
+        answered: set[int] = set()
+        if self._scraper is not None:
+            scraped = self._scraper.produce(window)
+            metrics.extend(scraped)
+            answered.update(self._scraper_answered(scraped))
         try:
-            instant = self.instant_expression(window)
-            if instant is not None:
-                self._collect_instant(self._client.query(instant, time=window.end), points, answered)
-            raw = self.raw_expression(window)
-            raw_series = self._raw_series(self._client.query(raw, time=window.end)) if raw is not None else []
+            answer = self._ask(plan)
         except PrometheusError:
             self._health.count(QUERY_ERRORS)
             raise
-        for index, query in enumerate(self._queries):
-            if query.promql is not None or query.kind == "gauge":
-                continue
-            computed = compute_stats(query, raw_series, window) if raw is not None else []
-            if computed is not None:
-                answered.add(index)
-                points[index].extend(computed)
-        missing = [q for i, q in enumerate(self._queries) if i not in answered and self._expects_answer(q, window)]
+        answered |= answer.answered
+        self._report_targets(answer)
+        for index in sorted(answer.answered):
+            query = self._queries[index]
+            if index in answer.increases or index in answer.reread:
+                points = stats_from_increases(query, answer.increases.get(index, {}), window)
+            else:
+                points = answer.points.get(index, [])
+            if points:
+                metrics.append(to_metric(query, points, window))
+        missing = [
+            q for i, q in enumerate(self._queries) if i not in answered and _expects_answer(q, window, self._scraper)
+        ]
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:
             missing_warning(self._warn, query, window, "Prometheus returned no series for it")
-        return [to_metric(self._queries[i], pts, window) for i, pts in sorted(points.items()) if pts]
+        return metrics
 
-    def _expects_answer(self, query: MetricQuery, window: StepWindow) -> bool:
-        if window.start is not None:
-            return True
-        if query.promql is not None:
-            return WINDOW_PLACEHOLDER not in query.promql
-        return query.kind == "gauge" and "last" in query.stats
+    def _scraper_answered(self, scraped: Sequence[Metric]) -> set[int]:
+        keys = {m.name for m in scraped}
+        return {i for i in self._counting_queries() if self._queries[i].key_name in keys}
 
-    def _collect_instant(self, result: QueryResult, points: dict[int, list[StatPoint]], answered: set[int]) -> None:
-        for series in result.series:
-            tag = series.labels.get(TAG_LABEL)
-            if tag is None or not series.samples:
-                continue
-            index_text, _, stat = tag.partition("/")
-            index = int(index_text)
-            labels = {k: v for k, v in series.labels.items() if k not in (TAG_LABEL, "__name__")}
-            query = self._queries[index]
-            group = (
-                tuple(sorted(labels.items()))
-                if query.promql is not None
-                else tuple((b, labels[b]) for b in query.by if b in labels)
+    def _wait_until_stored(self, t: float) -> None:
+        """Wait until every scrape that started at or before ``t`` is stored in Prometheus (its timeout later)."""
+        remaining = t + self._timeout_s + _STORED_SLACK_S - time.time()
+        if remaining > 0 and self._scraper is None:
+            self._closed.wait(remaining)
+
+    def _ask(self, plan: WindowPlan) -> WindowAnswer:
+        expression = plan.expression
+        if expression is None:
+            return WindowAnswer()
+        answer = plan.read(self._client.query(expression, time=plan.window.end))
+        targets = {t for targets in answer.reread.values() for t in targets}
+        reread = plan.reread_expression(targets)
+        if reread is not None:
+            raw = _raw_series(self._client.query(reread, time=plan.close_at))
+            window = plan.window
+            closing = StepWindow(window.step, window.start, plan.close_at) if window.final else window
+            for index, chosen in answer.reread.items():
+                query = self._queries[index]
+                mine = [_closed_by(s, window) for s in raw if _series_target(s) in chosen]
+                increases = window_increases(query, mine, closing) or {}
+                answer.increases[index] = merge_increases(answer.increases.get(index, {}), increases)
+        return answer
+
+    def _report_targets(self, answer: WindowAnswer) -> None:
+        if self._scraper is None:
+            self._health.set(BOUNDARY_LAG, answer.lag_s or 0.0)
+        self._health.set(TARGETS_DOWN, float(len(answer.failed_scrapes)))
+        for (job, instance), failed in sorted(answer.failed_scrapes.items()):
+            self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
+            self._warn.warning(
+                f"down:{job}/{instance}",
+                "Prometheus could not scrape %s (job %s) %d time(s) during the step: its metrics are missing from "
+                "that time",
+                instance,
+                job,
+                int(failed),
             )
-            value = series.samples[-1][1]
-            answered.add(index)
-            if query.promql is not None or not math.isnan(value):
-                points[index].append(StatPoint(stat or None, group, value))
 
-    @staticmethod
-    def _raw_series(result: QueryResult) -> list[RawSeries]:
-        out = []
-        for series in result.series:
-            name = series.labels.get("__name__")
-            if name is None:
-                continue
-            labels = {k: v for k, v in series.labels.items() if k != "__name__"}
-            out.append(RawSeries(name=name, labels=labels, samples=series.samples))
-        return out
+
+def _expects_answer(query: MetricQuery, window: StepWindow, scraper: ScrapeProducer | None) -> bool:
+    if window.start is not None:
+        return True
+    if query.promql is not None:
+        return "$window" not in query.promql
+    return query.kind == "gauge" and "last" in query.stats
+
+
+def _closed_by(series: RawSeries, window: StepWindow) -> RawSeries:
+    """For the run's last window: the series' samples up to its first one after the end (which closes the window)."""
+    if not window.final:
+        return series
+    kept = []
+    for sample in series.samples:
+        kept.append(sample)
+        if sample[0] > window.end:
+            break
+    return RawSeries(series.name, series.labels, kept)
+
+
+def _raw_series(result: QueryResult) -> list[RawSeries]:
+    out = []
+    for series in result.series:
+        name = series.labels.get("__name__")
+        if name is None:
+            continue
+        labels = {k: v for k, v in series.labels.items() if k != "__name__"}
+        out.append(RawSeries(name=name, labels=labels, samples=series.samples))
+    return out
+
+
+def _scrape_urls(values: Iterable[object], where: str) -> list[str]:
+    items = list(values)
+    bad = [v for v in items if not (isinstance(v, str) and "://" in v)]
+    if bad:
+        raise ConfigError(f"{where}: {bad[0]!r} is not a scrape URL")
+    return sorted({str(v) for v in items})
+
+
+def _series_target(series: RawSeries) -> Target:
+    return (series.labels.get("job", ""), series.labels.get("instance", ""))
+
+
+def _target_key(target: dict[str, object]) -> Target:
+    labels = target.get("labels")
+    if not isinstance(labels, dict):
+        return ("", "")
+    return (str(labels.get("job", "")), str(labels.get("instance", "")))
+
+
+def _seconds(duration: object) -> float | None:
+    """A Prometheus duration string (``15s``, ``1m30s``, ``500ms``) in seconds; ``None`` when absent or unreadable."""
+    if not isinstance(duration, str) or not duration:
+        return None
+    try:
+        return promql.parse_duration(duration)
+    except ConfigError:
+        return None

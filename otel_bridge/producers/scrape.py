@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.errors import ConfigError, ExpositionParseError, ScrapeError
-from otel_bridge.health import MISSING_METRICS, SCRAPE_ERRORS, Health
+from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, Health
 from otel_bridge.producers.aggregate import RawSeries, compute_stats
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
@@ -218,6 +218,7 @@ class ScrapeProducer:
         with self._cond:
             relevant = self._relevant(window)
             self._prune(window.end)
+        self._health.set(BOUNDARY_LAG, _boundary_lag(relevant, window))
         by_name = self._series(relevant)
         metrics = []
         missing = []
@@ -232,6 +233,12 @@ class ScrapeProducer:
         for query in missing:
             missing_warning(self._warn, query, window, f"no target among {len(self._instances)} exposes it")
         return metrics
+
+    def unanswered(self) -> list[str]:
+        """The targets (``host:port``) whose latest scrape failed."""
+        with self._cond:
+            latest = self._snapshots[-1] if self._snapshots else None
+        return sorted(i for i, f in latest.families.items() if f is None) if latest is not None else []
 
     def _relevant(self, window: StepWindow) -> list[Snapshot]:
         snapshots = [s for s in self._snapshots if s.t <= window.end]
@@ -283,3 +290,25 @@ class ScrapeProducer:
         self._pool.shutdown(wait=False, cancel_futures=True)
         for endpoint in self._endpoints:
             endpoint.close()
+
+
+def _boundary_lag(snapshots: Sequence[Snapshot], window: StepWindow) -> float:
+    """The largest distance between a boundary of ``window`` and the scrape that stands for it, over every target.
+
+    0 when every target answered both boundary scrapes; a target whose boundary scrape failed is represented by its
+    latest earlier scrape.
+    """
+    lag = 0.0
+    for boundary in (window.start, window.end):
+        if boundary is None:
+            continue
+        at = next((s for s in snapshots if s.boundary and s.t == boundary), None)
+        if at is None:
+            continue
+        for instance, families in at.families.items():
+            if families is not None:
+                continue
+            earlier = [s.t for s in snapshots if s.t <= boundary and s.families.get(instance) is not None]
+            if earlier:
+                lag = max(lag, boundary - max(earlier))
+    return lag

@@ -18,6 +18,7 @@ from otel_bridge.errors import ConfigError
 
 __all__ = [
     "duration",
+    "parse_duration",
     "quote_label_value",
     "regex_alternation",
     "selector",
@@ -25,6 +26,7 @@ __all__ = [
     "union",
     "validate_label_name",
     "validate_metric_name",
+    "value_alternation",
 ]
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -137,6 +139,19 @@ def duration(seconds: float) -> str:
     return f"{millis}ms"
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
+_DURATION_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+
+
+def parse_duration(text: str) -> float:
+    """A Prometheus duration (``15s``, ``1m30s``, ``500ms``) in seconds; :class:`ConfigError` when it is not one."""
+    stripped = text.strip()
+    parts = _DURATION_PART.findall(stripped)
+    if not parts or "".join(n + u for n, u in parts) != stripped:
+        raise ConfigError(f"{text!r} is not a Prometheus duration such as 15s, 1m30s or 500ms")
+    return sum(float(number) * _DURATION_UNIT_S[unit] for number, unit in parts)
+
+
 def tag_series(expr: str, label: str, value: str) -> str:
     """Add the label ``label="value"`` to every series of ``expr``.
 
@@ -170,4 +185,12 @@ def regex_alternation(names: Sequence[str]) -> str:
     if not names:
         raise ConfigError("regex_alternation() needs at least one metric name")
     escaped = ("".join(f"\\{c}" if c in _RE2_SPECIAL else c for c in validate_metric_name(n)) for n in names)
+    return quote_label_value("|".join(escaped))
+
+
+def value_alternation(values: Sequence[str]) -> str:
+    """Quoted RE2 alternation matching exactly the given label values (any text, regex-escaped): ``"a|b\\.c"``."""
+    if isinstance(values, str) or not values:
+        raise ConfigError("value_alternation() needs a non-empty sequence of label values")
+    escaped = ("".join(f"\\{c}" if c in _RE2_SPECIAL else c for c in v) for v in values)
     return quote_label_value("|".join(escaped))

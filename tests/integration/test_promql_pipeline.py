@@ -173,7 +173,7 @@ def counting_proxy(upstream: str) -> ScriptedHTTPServer:
             upstream + request.path,
             params=request.query,
             data=request.body or None,
-            headers={"Content-Type": request.headers.get("Content-Type", "")} if request.body else None,
+            headers={"Content-Type": request.headers.get("content-type", "")} if request.body else None,
             timeout=30,
         )
         return Response(

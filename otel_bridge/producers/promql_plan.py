@@ -1,0 +1,236 @@
+"""One window's instant query for Prometheus, and how to read its answer.
+
+The bridge asks Prometheus one instant query per step: the union (``or``) of tagged parts, each answering one thing,
+so the answer's size grows with the configured metrics and label groups, not with replicas, buckets or samples:
+
+- a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it;
+- a raw PromQL expression, as written;
+- a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) window increase, summed per label group in
+  Prometheus: ``last_over_time(x[...] @ end) - last_over_time(x[<pad>] @ start)``, i.e. the last sample at or before
+  each boundary, exact for every series whose counter did not reset during the window;
+- the targets to read sample by sample: those whose counters reset during the window (``resets(...) > 0``) or whose
+  series have no sample before the window (they appeared during it). Their series are left out of the sums above and
+  fetched raw by a second request, so a restart costs the bytes of that one replica, and exactness is kept;
+- the largest distance between a boundary and the sample that stood for it (``timestamp(x @ t)``);
+- the targets whose scrapes failed during the window (Prometheus' own ``up``).
+
+The run's last window (:attr:`StepWindow.final`) is closed by the first sample after its end, ``closing_s`` later at
+the latest (for a counter between resets that is the smallest sample after the end: ``min_over_time``).
+
+Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: metric 3's max; ``2/increase/0``,
+``2/reread``, ``2/lag/end``, ``down``); series with a value the plan did not issue are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from otel_bridge.producers.aggregate import Group, Increases, StatPoint, group_of
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.prometheus import promql
+from otel_bridge.prometheus.client import QueryResult
+from otel_bridge.window import StepWindow
+
+TAG_LABEL = "otel_bridge_q"
+WINDOW_PLACEHOLDER = "$window"
+TARGET_LABELS = ("job", "instance")
+_OVER_TIME = {
+    "last": "last_over_time",
+    "min": "min_over_time",
+    "max": "max_over_time",
+    "mean": "avg_over_time",
+}
+_AGGREGATE = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
+
+Target = tuple[str, str]
+"""``(job, instance)`` of a Prometheus target."""
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """What one tagged part of the union answers."""
+
+    kind: Literal["stat", "promql", "increase", "reread", "lag", "down"]
+    index: int = -1
+    name: str = ""
+    stat: str | None = None
+
+
+@dataclass
+class WindowAnswer:
+    """The union's answer, read: per query index, statistic points, increases and targets to re-read raw."""
+
+    points: dict[int, list[StatPoint]] = field(default_factory=dict)
+    increases: dict[int, Increases] = field(default_factory=dict)
+    reread: dict[int, set[Target]] = field(default_factory=dict)
+    answered: set[int] = field(default_factory=set)
+    lag_s: float | None = None
+    failed_scrapes: dict[Target, float] = field(default_factory=dict)
+
+
+def primary_names(query: MetricQuery) -> tuple[str, ...]:
+    """The sample names whose resets or late appearance mark a target for re-reading (one series per label set)."""
+    if query.ratio is not None:
+        return query.ratio
+    names = query.series_names()
+    return names[-1:] if query.kind == "histogram" else names
+
+
+def _at(t: float) -> str:
+    return f"{t:.3f}"
+
+
+class WindowPlan:
+    """The instant union for ``window`` and the meaning of each tag (see the module docstring).
+
+    ``increase_queries`` are the indices of the counter, histogram and ratio queries whose increases Prometheus sums
+    (the others are read elsewhere, e.g. by boundary scrapes). ``pad_s`` is how far before a boundary its sample may
+    lie (2 scrape intervals); ``closing_s`` how far after the end of a final window its closing sample may lie.
+    """
+
+    def __init__(
+        self,
+        queries: Sequence[MetricQuery],
+        window: StepWindow,
+        *,
+        increase_queries: Sequence[int],
+        pad_s: float,
+        closing_s: float,
+        report_down: bool = True,
+    ) -> None:
+        self.window = window
+        self.queries = list(queries)
+        self.pad_s = pad_s
+        self.close_at = window.end + closing_s if window.final else window.end
+        self.parts: dict[str, Part] = {}
+        self._exprs: list[str] = []
+        self.increase_queries = [i for i in increase_queries if window.start is not None]
+        for index, query in enumerate(self.queries):
+            if query.promql is not None:
+                self._raw_promql(index, query)
+            elif query.kind == "gauge" and query.ratio is None:
+                self._gauge(index, query)
+        for index in self.increase_queries:
+            self._increase(index, self.queries[index])
+        if report_down and window.start is not None:
+            w = promql.duration(max(window.end - window.start, 0.001))
+            self._add("down", Part("down"), f"(count_over_time(up[{w}]) - sum_over_time(up[{w}])) > 0")
+
+    @property
+    def expression(self) -> str | None:
+        """The union to evaluate at ``time=window.end``; ``None`` when there is nothing to ask."""
+        return promql.union(self._exprs) if self._exprs else None
+
+    def _add(self, tag: str, part: Part, expr: str) -> None:
+        self.parts[tag] = part
+        self._exprs.append(promql.tag_series(expr, TAG_LABEL, tag))
+
+    def _raw_promql(self, index: int, query: MetricQuery) -> None:
+        assert query.promql is not None
+        window = self.window
+        if WINDOW_PLACEHOLDER in query.promql and window.start is None:
+            return
+        length = promql.duration(max(window.seconds if window.seconds is not None else self.pad_s, 0.001))
+        self._add(f"{index}/", Part("promql", index), query.promql.replace(WINDOW_PLACEHOLDER, length))
+
+    def _gauge(self, index: int, query: MetricQuery) -> None:
+        assert query.name is not None
+        window = self.window
+        length = promql.duration(max(window.seconds if window.seconds is not None else self.pad_s, 0.001))
+        stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
+        sel = promql.selector(query.name, dict(query.matchers))
+        aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
+        for stat in stats:
+            self._add(
+                f"{index}/{stat}", Part("stat", index, stat=stat), f"{aggregate} ({_OVER_TIME[stat]}({sel}[{length}]))"
+            )
+
+    def _end_value(self, sel: str) -> str:
+        window = self.window
+        assert window.start is not None
+        within = f"last_over_time({sel}[{promql.duration(window.end - window.start + self.pad_s)}] @ {_at(window.end)})"
+        if not window.final:
+            return within
+        after = promql.duration(self.close_at - window.end)
+        return f"(min_over_time({sel}[{after}] @ {_at(self.close_at)}) or {within})"
+
+    def _base_value(self, sel: str) -> str:
+        assert self.window.start is not None
+        return f"last_over_time({sel}[{promql.duration(self.pad_s)}] @ {_at(self.window.start)})"
+
+    def _increase(self, index: int, query: MetricQuery) -> None:
+        window = self.window
+        assert window.start is not None
+        matchers = dict(query.matchers)
+        span = promql.duration(self.close_at - window.start + self.pad_s)
+        flags = []
+        for name in primary_names(query):
+            sel = promql.selector(name, matchers)
+            flags.append(f"(resets({sel}[{span}] @ {_at(self.close_at)}) > 0)")
+            flags.append(f"({self._end_value(sel)} unless {self._base_value(sel)})")
+        reread = " or ".join(flags)
+        targets = ", ".join(TARGET_LABELS)
+        self._add(f"{index}/reread", Part("reread", index), f"group by ({targets}) ({reread})")
+        histogram = query.kind == "histogram" and query.ratio is None
+        for position, name in enumerate(query.series_names()):
+            sel = promql.selector(name, matchers)
+            by = list(query.by) + (["le"] if histogram and position == 0 else [])
+            delta = f"({self._end_value(sel)} - {self._base_value(sel)}) unless on({targets}) ({reread})"
+            self._add(
+                f"{index}/increase/{position}",
+                Part("increase", index, name=name),
+                f"sum by ({', '.join(by)}) ({delta})",
+            )
+        primary = promql.selector(primary_names(query)[0], matchers)
+        end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
+        start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
+        self._add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
+        self._add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
+
+    def read(self, result: QueryResult) -> WindowAnswer:
+        """Sort the union's answer by part; series with a tag this plan did not issue are ignored."""
+        answer = WindowAnswer()
+        for series in result.series:
+            part = self.parts.get(series.labels.get(TAG_LABEL, ""))
+            if part is None or not series.samples:
+                continue
+            labels = {k: v for k, v in series.labels.items() if k not in (TAG_LABEL, "__name__")}
+            value = series.samples[-1][1]
+            if part.kind == "down":
+                target = (labels.get("job", ""), labels.get("instance", ""))
+                answer.failed_scrapes[target] = value
+                continue
+            query = self.queries[part.index]
+            answer.answered.add(part.index)
+            if part.kind == "lag":
+                if not math.isnan(value):
+                    answer.lag_s = max(answer.lag_s or 0.0, value)
+            elif part.kind == "reread":
+                answer.reread.setdefault(part.index, set()).add((labels.get("job", ""), labels.get("instance", "")))
+            elif part.kind == "increase":
+                group: Group = group_of(labels, query.by)
+                if "le" in labels and part.name == query.series_names()[0] and query.kind == "histogram":
+                    group = (*group, ("le", labels["le"]))
+                increases = answer.increases.setdefault(part.index, {})
+                increases[(part.name, group)] = increases.get((part.name, group), 0.0) + value
+            elif part.kind == "promql":
+                answer.points.setdefault(part.index, []).append(StatPoint(None, tuple(sorted(labels.items())), value))
+            elif not math.isnan(value):
+                group = tuple((b, labels[b]) for b in query.by if b in labels)
+                answer.points.setdefault(part.index, []).append(StatPoint(part.stat, group, value))
+        return answer
+
+    def reread_expression(self, targets: set[Target]) -> str | None:
+        """The range-selector query returning the raw samples of ``targets`` (evaluate at :attr:`close_at`)."""
+        window = self.window
+        if not targets or window.start is None:
+            return None
+        names = sorted({name for i in self.increase_queries for name in self.queries[i].series_names()})
+        instances = sorted({instance for _, instance in targets})
+        span = promql.duration(self.close_at - window.start + self.pad_s)
+        return (
+            f"{{__name__=~{promql.regex_alternation(names)}, instance=~{promql.value_alternation(instances)}}}[{span}]"
+        )

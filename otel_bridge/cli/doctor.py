@@ -6,6 +6,8 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
 2. ``ray``: Ray is reachable and its head node found (only with ``prometheus.url: auto`` or ``scrape.targets: auto``).
 3. ``prometheus``: Prometheus answers, and its version (PromQL path).
 4. ``prometheus targets``: every scrape target of Prometheus is ``up``.
+   ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run in ``run.dir``: a
+   warning when samples may bound steps that are shorter than two scrape intervals.
 5. ``endpoint <url>``: every rollout ``/metrics`` endpoint answers (scrape path).
 6. ``metric <key>``: every configured metric returns series now, and from which instances.
 7. ``deprecated <name>``: configured vLLM names that vLLM 0.32 removed, with the replacement.
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +39,7 @@ from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, Pro
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.exposition import ExpositionFamily
+from otel_bridge.prometheus.promql import parse_duration
 
 Status = Literal["pass", "fail", "warn", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "skip")
@@ -110,6 +114,7 @@ class Doctor:
         families: dict[str, dict[str, ExpositionFamily]] = {}
         if client is not None:
             self.check_prometheus_targets(client)
+            self.check_boundaries(config, client)
         elif config.resolved_source() == "scrape":
             families = self.check_endpoints(config)
         try:
@@ -255,6 +260,48 @@ class Doctor:
             )
         else:
             self.add("prometheus targets", "pass", f"{up}/{len(targets)} up")
+
+    def check_boundaries(self, config: BridgeConfig, client: PrometheusClient) -> None:
+        """``step boundaries``: Prometheus' scrape interval against the steps of the latest run in ``run.dir``."""
+        try:
+            targets = client.targets()
+        except PrometheusError as exc:
+            self.add("step boundaries", "skip", f"Prometheus' targets are unknown: {exc}")
+            return
+        intervals = [_duration_s(t.get("scrapeInterval")) for t in targets]
+        interval = max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
+        prom = config.prometheus
+        mode = {
+            "samples": "Prometheus' samples (prometheus.boundary: samples)",
+            "scrape": "the bridge's own boundary scrapes (prometheus.boundary: scrape)",
+            "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
+            "else Prometheus' samples (prometheus.boundary: auto)",
+        }[prom.boundary]
+        steps = _latest_step_seconds(config.run.dir)
+        if steps is None:
+            self.add(
+                "step boundaries",
+                "pass",
+                f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {config.run.dir} "
+                "to compare step lengths with",
+            )
+            return
+        run, median = steps
+        detail = (
+            f"Prometheus scrapes every {interval:g}s and the steps of {run} last {median:.3g}s (median); "
+            f"boundaries observed by {mode}"
+        )
+        if interval <= median / 2 or prom.boundary == "scrape":
+            self.add("step boundaries", "pass", detail)
+            return
+        self.add(
+            "step boundaries",
+            "warn",
+            detail + f": where Prometheus' samples bound a step, its counters may be off by up to {interval:g}s of "
+            "traffic (each record says by how much in otel_bridge/boundary_lag_s)",
+            "let the bridge scrape at boundaries (prometheus.boundary: auto or scrape, targets reachable from the "
+            f"trainer) or lower Prometheus' scrape_interval below {median / 2:.3g}s",
+        )
 
     def check_endpoints(self, config: BridgeConfig) -> dict[str, dict[str, ExpositionFamily]]:
         """``endpoint <url>``: every rollout endpoint answers; returns each one's parsed families."""
@@ -450,6 +497,34 @@ class Doctor:
             "created (writes to the terminal)" if tracker.type == "console" else "imported, wrote and closed one record"
         )
         self.add(name, "pass", f"{what} (in a temporary run directory{', offline' if tracker.type == 'wandb' else ''})")
+
+
+def _duration_s(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_duration(value)
+    except ConfigError:
+        return None
+
+
+def _latest_step_seconds(run_dir: Path) -> tuple[Path, float] | None:
+    """The newest ``<run.dir>/*/metrics.jsonl`` and the median length of its steps' windows (``None``: no such run)."""
+    runs = sorted(run_dir.glob("*/metrics.jsonl"), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
+    for path in reversed(runs):
+        lengths = []
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                start, end = record.get("window_start"), record.get("time")
+                if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+                    lengths.append(end - start)
+        if lengths:
+            return path.parent, statistics.median(lengths)
+    return None
 
 
 def _selector(names: Sequence[str], matchers: dict[str, str]) -> str:

@@ -193,3 +193,38 @@ def test_doctor_reports_invalid_config_and_unwritable_tracker(tmp_path: Path) ->
     assert tracker["status"] == "fail"
     assert tracker["fix"]
     assert check_named(document, "metrics")["status"] == "skip"
+
+
+def run_short_steps(run_dir: Path, seconds: float, steps: int = 4) -> None:
+    """A real run (JSONL tracker, no infrastructure metrics) whose steps last about ``seconds`` each."""
+    from otel_bridge import Bridge
+
+    with Bridge.from_config({"run": {"name": "short", "dir": str(run_dir)}, "trackers": [{"type": "jsonl"}]}) as b:
+        for step in range(steps):
+            with b.step(step):
+                time.sleep(seconds)
+
+
+def test_doctor_warns_when_the_scrape_interval_is_long_against_the_steps(
+    tmp_path: Path, prometheus: PrometheusServer
+) -> None:
+    runs = tmp_path / "runs"
+    config = promql_config(prometheus, [{"name": "vllm:num_requests_running"}], run={"dir": str(runs)})
+    status, document = doctor_json(tmp_path, config)
+    assert status == 0
+    boundaries = check_named(document, "step boundaries")
+    assert boundaries["status"] == "pass"
+    assert "no run in" in boundaries["detail"]
+
+    run_short_steps(runs, 0.2)  # Prometheus scrapes every 1 s: five steps per scrape interval
+    status, document = doctor_json(tmp_path, config)
+    assert status == 0  # a warning, not a failure
+    boundaries = check_named(document, "step boundaries")
+    assert boundaries["status"] == "warn", boundaries
+    assert "scrapes every 1s" in boundaries["detail"]
+    assert "otel_bridge/boundary_lag_s" in boundaries["detail"]
+    assert "prometheus.boundary: auto or scrape" in boundaries["fix"]
+
+    forced = {**config, "prometheus": {**config["prometheus"], "boundary": "scrape"}}
+    status, document = doctor_json(tmp_path, forced)
+    assert check_named(document, "step boundaries")["status"] == "pass"

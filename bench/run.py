@@ -24,6 +24,7 @@ SUITES = {
     "scrape": "bench.suite_scrape",
     "memory": "bench.suite_memory",
     "overhead": "bench.suite_overhead",
+    "promql-scale": "bench.suite_promql_scale",
 }
 
 

@@ -1,0 +1,112 @@
+"""WindowPlan: the tagged instant union for one window, and reading its answer back (only tags it issued)."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_bridge.errors import ConfigError
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql_plan import TAG_LABEL, WindowPlan
+from otel_bridge.prometheus.client import PromSeries, QueryResult
+from otel_bridge.prometheus.promql import parse_duration, value_alternation
+from otel_bridge.window import StepWindow
+
+GAUGE = MetricQuery(key_name="running", name="vllm:num_requests_running", kind="gauge", stats=("last", "max"))
+COUNTER = MetricQuery(key_name="tokens", name="vllm:generation_tokens_total", kind="counter", stats=("delta",))
+HIST = MetricQuery(key_name="ttft", name="vllm:ttft_seconds", kind="histogram", stats=("count", "p50"))
+QUERIES = [GAUGE, COUNTER, HIST]
+WINDOW = StepWindow(step=3, start=1000.0, end=1010.0)
+
+
+def plan(window: StepWindow = WINDOW) -> WindowPlan:
+    return WindowPlan(QUERIES, window, increase_queries=[1, 2], pad_s=2.0, closing_s=1.5)
+
+
+def series(tag: str, value: float, **labels: str) -> PromSeries:
+    return PromSeries(labels={TAG_LABEL: tag, **labels}, samples=((1010.0, value),))
+
+
+def test_every_part_is_evaluated_at_the_window_boundaries() -> None:
+    expr = plan().expression
+    assert expr is not None
+    assert (
+        "last_over_time(vllm:generation_tokens_total[12s] @ 1010.000)" in expr
+    )  # end: last sample in (start-pad, end]
+    assert (
+        "last_over_time(vllm:generation_tokens_total[2s] @ 1000.000)" in expr
+    )  # start: last sample in (start-pad, start]
+    assert "resets(vllm:ttft_seconds_count[12s] @ 1010.000)" in expr  # a histogram's restarts are seen on _count
+    assert "sum by (le) (" in expr  # bucket increases summed per bound in Prometheus
+    assert "(count_over_time(up[10s]) - sum_over_time(up[10s])) > 0" in expr
+    assert "min_over_time" not in expr
+
+
+def test_the_last_window_is_closed_by_the_first_sample_after_its_end() -> None:
+    final = plan(StepWindow(step=3, start=1000.0, end=1010.0, final=True))
+    expr = final.expression
+    assert expr is not None
+    assert final.close_at == 1011.5
+    assert "min_over_time(vllm:generation_tokens_total[1500ms] @ 1011.500)" in expr
+    reread = final.reread_expression({("rollout", "127.0.0.1:8000")})
+    assert reread == (
+        '{__name__=~"vllm:generation_tokens_total|vllm:ttft_seconds_bucket|vllm:ttft_seconds_count|'
+        'vllm:ttft_seconds_sum", instance=~"127\\\\.0\\\\.0\\\\.1:8000"}[13500ms]'
+    )
+
+
+def test_a_first_window_asks_only_for_gauge_last() -> None:
+    first = plan(StepWindow(step=0, start=None, end=1010.0))
+    assert set(first.parts) == {"0/last"}
+
+
+def test_answer_is_read_by_part_and_foreign_tags_are_ignored() -> None:
+    result = QueryResult(
+        result_type="vector",
+        series=(
+            series("0/last", 3.0),
+            series("0/max", 5.0),
+            series("1/increase/0", 40.0),
+            series("1/reread", 1.0, job="rollout", instance="127.0.0.1:8001"),
+            series("2/increase/0", 2.0, le="0.1"),
+            series("2/increase/0", 3.0, le="+Inf"),
+            series("2/increase/2", 3.0),
+            series("1/lag/end", 0.4),
+            series("1/lag/start", 0.9),
+            series("down", 2.0, job="rollout", instance="127.0.0.1:8002"),
+            series("-1/last", 99.0),  # never issued: a hostile or foreign label
+            series("0/../../x", 99.0),
+            series("7/last", 99.0),
+        ),
+    )
+    answer = plan().read(result)
+    assert sorted(answer.points) == [0]
+    assert [(p.stat, p.value) for p in answer.points[0]] == [("last", 3.0), ("max", 5.0)]
+    assert answer.increases[1] == {("vllm:generation_tokens_total", ()): 40.0}
+    assert answer.increases[2] == {
+        ("vllm:ttft_seconds_bucket", (("le", "0.1"),)): 2.0,
+        ("vllm:ttft_seconds_bucket", (("le", "+Inf"),)): 3.0,
+        ("vllm:ttft_seconds_count", ()): 3.0,
+    }
+    assert answer.reread == {1: {("rollout", "127.0.0.1:8001")}}
+    assert answer.lag_s == 0.9
+    assert answer.failed_scrapes == {("rollout", "127.0.0.1:8002"): 2.0}
+    assert answer.answered == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("15s", 15.0), ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0), ("2d", 172800.0)]
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "15", "s", "1m x", "-1s", "1.5.5s"])
+def test_parse_duration_refuses_what_is_not_a_duration(text: str) -> None:
+    with pytest.raises(ConfigError, match="not a Prometheus duration"):
+        parse_duration(text)
+
+
+def test_value_alternation_escapes_every_regex_character() -> None:
+    assert value_alternation(["10.0.0.1:80", "a|b", "x(y)"]) == '"10\\\\.0\\\\.0\\\\.1:80|a\\\\|b|x\\\\(y\\\\)"'
+    with pytest.raises(ConfigError):
+        value_alternation([])

@@ -1,0 +1,496 @@
+"""Step windows against the truth while requests keep finishing across step boundaries (issue 12).
+
+Two simulated vLLM replicas complete a request every 10-40 ms each (1-50 generated tokens) from a background thread
+(:class:`tests.helpers.traffic.Traffic`), which logs the time of every completion; a real Prometheus scrapes them. Each
+case runs three bridges side by side on the same traffic and steps:
+
+- ``auto``: the PromQL path with the default ``prometheus.boundary: auto`` (two targets that answer: the bridge
+  scrapes them itself at each boundary, so every window is bounded by what the servers said at its boundaries);
+- ``samples``: the PromQL path with ``prometheus.boundary: samples`` (Prometheus' own samples bound the windows,
+  off by ``otel_bridge/boundary_lag_s`` at most; the last step is closed by the first samples after its end);
+- ``scrape``: the scrape path (``scrape.targets``, in-step samples every 0.25 s), the reference.
+
+Cases:
+
+- ``contiguous``: requests until each step's end, 1 s scrape interval; its last step ends 0.75 of an interval after a
+  Prometheus scrape (the last-step case);
+- ``short_steps``: 2 s steps under a 3 s scrape interval;
+- ``gaps``: 1.5 s of traffic between 1.4 s ``with bridge.step(n)`` blocks;
+- ``restart``: one replica restarted mid-step;
+- ``down``: one replica's HTTP server down for two steps (``auto`` only).
+
+Contiguous cases end steps 1.. with ``bridge.log({}, step)``, whose window starts exactly at the previous boundary,
+so the windows tile the run. Traffic starts ``BAND_S`` after the first boundary and stops right before the last one:
+the run's truth is everything the driver completed, and the outer boundaries are quiet.
+
+Tolerances, all computed from the traffic log (no timing asserts):
+
+- ``auto`` and ``scrape``: a boundary scrape reaches the servers a few ms after the boundary, so a completion logged
+  in ``(B, B + BAND_S]`` may land on either side of ``B``: ``truth - (what completed in that band after the start)
+  <= delta <= truth + (what completed in that band after the end)``. The sum over steps is exact: for contiguous
+  steps interior boundaries cancel and the outer ones are quiet; in the gap case every boundary is made quiet
+  (``Traffic.quiet``) from just before it until ``BAND_S`` after it (traffic still runs through most of every gap).
+- ``samples``: ``|delta - truth| <=`` what completed within ``lag + BAND_S`` of either boundary, ``lag`` being the
+  record's ``otel_bridge/boundary_lag_s`` (``BAND_S`` covers a sample's timestamp being taken just before the server
+  renders it). The sum over contiguous steps is exact.
+- Counts a process makes and nobody reads before it restarts are lost to every observer, so ``Traffic.restart``
+  keeps the replica quiet for longer than the scrape interval before restarting it; it restarts well after its
+  counters passed what the new process reaches before its next sample, so the reset is visible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge import Bridge
+from otel_bridge.exporters.record import StepRecord
+from tests.conftest import Replica
+from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.traffic import Counts, Traffic
+
+pytestmark = pytest.mark.integration
+
+# A boundary scrape reaches the servers within this long after the boundary. Measured on 2 cores with three bridges,
+# Prometheus and the traffic sharing them: the scrape path's boundary scrapes counted completions logged up to 43 ms
+# after the boundary (each /metrics render of the simulator takes ~11 ms under its lock, and the renders queue).
+BAND_S = 0.15
+SAMPLE_INTERVAL_S = 0.25  # the scrape path's in-step samples
+LAST_PHASE = 0.75  # the contiguous case's last step ends this much of an interval after a Prometheus scrape
+PATHS = ("auto", "samples", "scrape")
+CASES = ("contiguous", "short_steps", "gaps", "restart")
+
+METRICS: list[dict[str, Any]] = [
+    {"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]},
+    {"name": "vllm:request_success_total", "type": "counter", "stats": ["delta"]},  # summed over finished_reason
+    {"name": "vllm:e2e_request_latency_seconds", "type": "histogram", "stats": ["count"]},
+]
+KEYS = {  # tracker key -> the Counts field it must match
+    "rollout/vllm/generation_tokens_total/delta": "tokens",
+    "rollout/vllm/request_success_total/delta": "requests",
+    "rollout/vllm/e2e_request_latency_seconds/count": "requests",
+}
+LAG_KEY = "otel_bridge/boundary_lag_s"
+TARGETS_DOWN_KEY = "otel_bridge/targets_down"
+SCRAPE_ERRORS_PREFIX = "otel_bridge/scrape_errors/"
+
+Driver = Callable[[list[Bridge], Traffic, list[Replica], PrometheusServer], dict[str, Any]]
+
+
+@dataclass
+class Outcome:
+    """One case's run: the traffic log and every bridge's records, servers already stopped."""
+
+    case: str
+    interval_s: float
+    contiguous: bool
+    traffic: Traffic
+    records: dict[str, list[StepRecord]]
+    hostports: list[str]
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+# -- running a case ---------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def environment(workdir: Path, interval_s: float) -> Iterator[tuple[list[Replica], PrometheusServer]]:
+    """Two replicas and a real Prometheus scraping them every ``interval_s``; all stopped on exit."""
+    replicas: list[Replica] = []
+    server: PrometheusServer | None = None
+    try:
+        for _ in range(2):
+            replicas.append(Replica())
+        server = PrometheusServer(workdir / "prometheus", [r.hostport for r in replicas], scrape_interval_s=interval_s)
+        server.start()
+        server.wait_for_samples("vllm:generation_tokens_total", count=2)
+        yield replicas, server
+    finally:
+        if server is not None:
+            server.stop()
+        for replica in replicas:
+            replica.stop()
+
+
+def bridge_config(
+    path: str, workdir: Path, replicas: Sequence[Replica], prometheus: PrometheusServer
+) -> dict[str, Any]:
+    config: dict[str, Any] = {"metrics": METRICS, "run": {"name": path, "dir": str(workdir / "runs")}}
+    if path == "scrape":
+        config["scrape"] = {"targets": [r.url for r in replicas], "sample_interval_s": SAMPLE_INTERVAL_S}
+    else:
+        config["prometheus"] = {"url": prometheus.url, "scrape_interval_s": prometheus.scrape_interval_s}
+        if path == "samples":
+            config["prometheus"]["boundary"] = "samples"
+    return config
+
+
+def run_case(
+    case: str, workdir: Path, *, interval_s: float, drive: Driver, paths: Sequence[str] = PATHS, contiguous: bool
+) -> Outcome:
+    """Start the servers, the bridges and the traffic, let ``drive`` run the steps, close everything."""
+    with environment(workdir, interval_s) as (replicas, prometheus), ExitStack() as stack:
+        traffic = Traffic([r.sim for r in replicas], seed=len(case), start_delay_s=BAND_S)
+        stack.callback(traffic.stop)
+        bridges = [
+            stack.enter_context(Bridge.from_config(bridge_config(p, workdir, replicas, prometheus))) for p in paths
+        ]
+        notes = drive(bridges, traffic, replicas, prometheus)
+        traffic.stop()  # the drivers stop it already; a last completion must not race close()
+        for bridge in bridges:
+            bridge.close()  # delivers every step; with boundary: samples, waits for the samples after the last end
+        records: dict[str, list[StepRecord]] = {}
+        for path, bridge in zip(paths, bridges, strict=True):
+            steps = sorted(notes["steps"])
+            found = [bridge.record(step) for step in steps]
+            missing = [step for step, record in zip(steps, found, strict=True) if record is None]
+            assert not missing, f"{case}/{path}: no record for steps {missing}"
+            records[path] = [record for record in found if record is not None]
+        traffic.check_simulators()
+        return Outcome(case, interval_s, contiguous, traffic, records, [r.hostport for r in replicas], notes)
+
+
+def sleep_until(t: float) -> None:
+    remaining = t - time.time()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+def drive_contiguous(
+    durations: Sequence[float],
+    hooks: Mapping[int, Callable[[list[Replica], Traffic], None]] | None = None,
+    last_end: Callable[[PrometheusServer, list[Replica], float], float] | None = None,
+) -> Driver:
+    """Steps that tile the run: step 0 begins with ``begin_step``, steps 1.. end with ``log()`` (window from the
+    previous boundary). Traffic runs from just after the first boundary until right before the last one;
+    ``hooks[k]`` runs at the start of step k (inside its duration); ``last_end`` may move the last step's end later."""
+
+    def drive(
+        bridges: list[Bridge], traffic: Traffic, replicas: list[Replica], prometheus: PrometheusServer
+    ) -> dict[str, Any]:
+        notes: dict[str, Any] = {"steps": list(range(len(durations)))}
+        for bridge in bridges:
+            bridge.begin_step(0)
+        traffic.start()  # first completion BAND_S + one gap after the first boundary
+        for step, duration in enumerate(durations):
+            began = time.time()
+            if hooks and step in hooks:
+                hooks[step](replicas, traffic)
+            end = began + duration
+            if step == len(durations) - 1 and last_end is not None:
+                end = notes["aligned_end"] = last_end(prometheus, replicas, end)
+            sleep_until(end)
+            if step == len(durations) - 1:
+                traffic.stop()  # traffic ran until the last step's end; nothing is counted after it
+            for bridge in bridges:
+                if step == 0:
+                    bridge.end_step(0)
+                else:
+                    bridge.log({}, step=step)
+        return notes
+
+    return drive
+
+
+def drive_gaps(steps: int, step_s: float, gap_s: float) -> Driver:
+    """``with bridge.step(n)``-style windows separated by ``gap_s`` of traffic that belongs to no step; each
+    boundary is quiet from just before it until ``BAND_S`` after it."""
+
+    def drive(
+        bridges: list[Bridge], traffic: Traffic, replicas: list[Replica], prometheus: PrometheusServer
+    ) -> dict[str, Any]:
+        traffic.start()
+        time.sleep(gap_s)
+        for step in range(steps):
+            with traffic.quiet(after_s=BAND_S):
+                for bridge in bridges:
+                    bridge.begin_step(step)
+            time.sleep(step_s - BAND_S)
+            with traffic.quiet(after_s=BAND_S):
+                for bridge in bridges:
+                    bridge.end_step(step)
+            if step < steps - 1:
+                time.sleep(gap_s - BAND_S)
+        traffic.stop()
+        return {"steps": list(range(steps))}
+
+    return drive
+
+
+def after_prometheus_scrape(phase: float) -> Callable[[PrometheusServer, list[Replica], float], float]:
+    """The first time >= ``earliest`` that lies ``phase`` of an interval after a Prometheus scrape of replica 0."""
+
+    def end(prometheus: PrometheusServer, replicas: list[Replica], earliest: float) -> float:
+        result = prometheus.query(f'timestamp(up{{instance="{replicas[0].hostport}"}})')
+        t = float(result[0]["value"][1]) + phase * prometheus.scrape_interval_s
+        while t < earliest:
+            t += prometheus.scrape_interval_s
+        return t
+
+    return end
+
+
+def restart_replica_0(interval_s: float) -> Callable[[list[Replica], Traffic], None]:
+    def hook(replicas: list[Replica], traffic: Traffic) -> None:
+        time.sleep(0.3)
+        traffic.restart(0, quiet_before_s=interval_s + 0.3)
+
+    return hook
+
+
+def stop_server(index: int) -> Callable[[list[Replica], Traffic], None]:
+    def hook(replicas: list[Replica], traffic: Traffic) -> None:
+        time.sleep(0.2)  # well after the boundary (and its boundary scrape)
+        replicas[index].server.stop()
+
+    return hook
+
+
+def start_server(index: int) -> Callable[[list[Replica], Traffic], None]:
+    def hook(replicas: list[Replica], traffic: Traffic) -> None:
+        time.sleep(0.2)
+        replicas[index].server.start()  # same port again
+
+    return hook
+
+
+# -- the cases (each runs once per module; the tests below only read their outcome) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def contiguous(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """(a) + (e): 1 s scrapes, six contiguous steps with requests until each end; the last step ends 0.75 s after
+    a Prometheus scrape of replica 0, so most of a scrape interval of traffic lies after Prometheus' last sample."""
+    return run_case(
+        "contiguous",
+        tmp_path_factory.mktemp("contiguous"),
+        interval_s=1.0,
+        contiguous=True,
+        drive=drive_contiguous([1.3, 1.3, 1.3, 1.3, 1.3, 1.0], last_end=after_prometheus_scrape(LAST_PHASE)),
+    )
+
+
+@pytest.fixture(scope="module")
+def short_steps(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """(b): 2 s steps under a 3 s scrape interval."""
+    return run_case(
+        "short_steps",
+        tmp_path_factory.mktemp("short_steps"),
+        interval_s=3.0,
+        contiguous=True,
+        drive=drive_contiguous([2.0] * 6),
+    )
+
+
+@pytest.fixture(scope="module")
+def gaps(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """(c): five 1.4 s steps, 1.5 s of traffic between them that belongs to no step. (Steps of a whole number of
+    scrape intervals would let a window read between two samples one interval apart look right on average.)"""
+    return run_case(
+        "gaps", tmp_path_factory.mktemp("gaps"), interval_s=1.0, contiguous=False, drive=drive_gaps(5, 1.4, 1.5)
+    )
+
+
+@pytest.fixture(scope="module")
+def restart(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """(d): replica 0 restarts in the middle of step 3 (quiet 1.3 s before, traffic after)."""
+    return run_case(
+        "restart",
+        tmp_path_factory.mktemp("restart"),
+        interval_s=1.0,
+        contiguous=True,
+        drive=drive_contiguous([1.2, 1.2, 1.2, 2.8, 1.2, 1.2], hooks={3: restart_replica_0(1.0)}),
+    )
+
+
+@pytest.fixture(scope="module")
+def down(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """Replica 1's HTTP server is down from 0.2 s into step 2 until 0.2 s into step 4 (its simulator keeps
+    counting); PromQL path with the defaults only."""
+    return run_case(
+        "down",
+        tmp_path_factory.mktemp("down"),
+        interval_s=1.0,
+        contiguous=True,
+        paths=("auto",),
+        drive=drive_contiguous([1.3, 1.3, 1.5, 1.5, 1.5, 1.3], hooks={2: stop_server(1), 4: start_server(1)}),
+    )
+
+
+# -- checks -----------------------------------------------------------------------------------------------------------
+
+
+def window_of(record: StepRecord) -> tuple[float, float]:
+    assert record.window_start is not None, f"step {record.step} has no window start"
+    return record.window_start, record.time
+
+
+Slack = Callable[
+    [Traffic, StepRecord], tuple[Counts, Counts]
+]  # (below, above): truth - below <= delta <= truth + above
+
+
+def boundary_slack(traffic: Traffic, record: StepRecord) -> tuple[Counts, Counts]:
+    """A boundary is observed within ``BAND_S`` after it: what completed in that band after the window's start may
+    be missing from it (counted in the previous window), what completed in that band after its end may be in it."""
+    start, end = window_of(record)
+    return traffic.near(start, 0.0, BAND_S), traffic.near(end, 0.0, BAND_S)
+
+
+def lag_slack(traffic: Traffic, record: StepRecord) -> tuple[Counts, Counts]:
+    """What completed within ``lag + BAND_S`` of either boundary, ``lag`` the record's ``boundary_lag_s``, either way
+    (a sample before a boundary, or after the last one)."""
+    start, end = window_of(record)
+    reach = record.values[LAG_KEY] + BAND_S
+    either = traffic.near(start, reach, reach) + traffic.near(end, reach, reach)
+    return either, either
+
+
+def step_errors(outcome: Outcome, path: str, slack: Slack) -> list[str]:
+    """One line per (step, key) whose delta is further from the truth than ``slack`` allows."""
+    errors = []
+    for record in outcome.records[path]:
+        start, end = window_of(record)
+        truth = outcome.traffic.truth(start, end)
+        below, above = slack(outcome.traffic, record)
+        for key, what in KEYS.items():
+            value = record.values.get(key)
+            if value is None:
+                errors.append(f"step {record.step} {key}: missing (truth {truth.get(what)})")
+                continue
+            off = value - truth.get(what)
+            if not -below.get(what) <= off <= above.get(what):
+                errors.append(
+                    f"step {record.step} ({end - start:.2f} s) {key}: {value:g} vs truth {truth.get(what)} "
+                    f"(off by {off:+g}, allowed -{below.get(what)}..+{above.get(what)})"
+                )
+    return errors
+
+
+def sum_errors(outcome: Outcome, path: str) -> list[str]:
+    """The sum over steps must equal the truth over the union of the windows exactly (for contiguous steps: all the
+    traffic of the run, the last step included)."""
+    records, traffic = outcome.records[path], outcome.traffic
+    windows = [window_of(r) for r in records]
+    union = Counts()
+    for start, end in windows:
+        union += traffic.truth(start, end)
+    if outcome.contiguous:  # preconditions of the case itself
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(windows)), f"{path}: windows do not tile"
+        assert union == traffic.total(), f"traffic outside the run: {traffic.total()} vs {union} inside"
+    errors = []
+    for key, what in KEYS.items():
+        total = sum(r.values.get(key, 0.0) for r in records)
+        if total != union.get(what):
+            errors.append(
+                f"sum over {len(records)} steps of {key}: {total:g} vs truth {union.get(what)} "
+                f"({union.get(what) - total:+g} lost)"
+            )
+    return errors
+
+
+def lag_errors(outcome: Outcome, path: str) -> list[str]:
+    errors = []
+    for record in outcome.records[path]:
+        lag = record.values.get(LAG_KEY)
+        if lag is None:
+            errors.append(f"step {record.step} : no {LAG_KEY} in the record")
+        elif not 0.0 <= lag <= outcome.interval_s + 1.0:
+            errors.append(f"step {record.step} : {LAG_KEY} = {lag} outside [0, scrape interval + 1 s]")
+    return errors
+
+
+def report(outcome: Outcome, path: str, errors: list[str]) -> str:
+    total = outcome.traffic.total()
+    return (
+        f"{outcome.case}/{path}: {len(errors)} problem(s); run truth {total.tokens} tokens, {total.requests} requests "
+        f"in {len(outcome.records[path])} steps\n  " + "\n  ".join(errors)
+    )
+
+
+# -- boundary: auto (the default): every step exact up to what completed within BAND_S after its boundaries -----------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_default_promql_steps_match_the_truth(case: str, request: pytest.FixtureRequest) -> None:
+    outcome: Outcome = request.getfixturevalue(case)
+    errors = step_errors(outcome, "auto", boundary_slack) + sum_errors(outcome, "auto")
+    assert not errors, report(outcome, "auto", errors)
+
+
+# -- the scrape path, the reference: the same checks -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_scrape_path_steps_match_the_truth(case: str, request: pytest.FixtureRequest) -> None:
+    outcome: Outcome = request.getfixturevalue(case)
+    errors = step_errors(outcome, "scrape", boundary_slack) + sum_errors(outcome, "scrape")
+    assert not errors, report(outcome, "scrape", errors)
+
+
+# -- boundary: samples: off by at most what completed within the reported lag of a boundary; sums exact ----------------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_samples_boundary_is_within_the_reported_lag(case: str, request: pytest.FixtureRequest) -> None:
+    outcome: Outcome = request.getfixturevalue(case)
+    errors = lag_errors(outcome, "samples")
+    if not errors:
+        errors += step_errors(outcome, "samples", lag_slack)
+    if outcome.contiguous:
+        errors += sum_errors(outcome, "samples")
+    assert not errors, report(outcome, "samples", errors)
+
+
+# -- (e) the last step: traffic until its end, counted in it -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_last_step_counts_the_traffic_until_its_end(path: str, contiguous: Outcome) -> None:
+    last = contiguous.records[path][-1]
+    start, end = window_of(last)
+    truth = contiguous.traffic.truth(start, end)
+    last_sample = contiguous.notes["aligned_end"] - LAST_PHASE * contiguous.interval_s  # Prometheus' last, replica 0
+    after_last_sample = contiguous.traffic.truth(last_sample, end)
+    assert after_last_sample.requests > 0, "the case put no traffic between Prometheus' last sample and the end"
+    mine = f"step {last.step} "
+    errors = [e for e in lag_errors(contiguous, path) if e.startswith(mine)] if path == "samples" else []
+    if not errors:
+        slack = lag_slack if path == "samples" else boundary_slack
+        errors += [e for e in step_errors(contiguous, path, slack) if e.startswith(mine)]
+    errors += sum_errors(contiguous, path)
+    assert not errors, report(contiguous, path, errors) + f"\n  last step truth: {truth}"
+
+
+# -- a target that is down is reported ---------------------------------------------------------------------------------
+
+
+def test_down_target_is_reported_and_the_sum_stays_exact(down: Outcome) -> None:
+    records = down.records["auto"]
+    hostport = down.hostports[1]
+    errors = []
+    for record in records[:2]:
+        value = record.values.get(TARGETS_DOWN_KEY, 0.0)
+        if value != 0:
+            errors.append(f"step {record.step} (all targets up): {TARGETS_DOWN_KEY} = {value}")
+    for record in records[2:4]:
+        value = record.values.get(TARGETS_DOWN_KEY)
+        if value is None or value < 1:
+            errors.append(f"step {record.step} ({hostport} down throughout): {TARGETS_DOWN_KEY} = {value}")
+    names = (hostport, hostport.replace(":", "_"))
+    for record in (records[3], records[-1]):
+        scrape_errors = {
+            k: v for k, v in record.values.items() if k.startswith(SCRAPE_ERRORS_PREFIX) and any(n in k for n in names)
+        }
+        if not scrape_errors or max(scrape_errors.values()) <= 0:
+            health = {k: v for k, v in record.values.items() if k.startswith("otel_bridge/")}
+            errors.append(f"step {record.step}: no {SCRAPE_ERRORS_PREFIX}... key > 0 naming {hostport}: {health}")
+    errors += sum_errors(down, "auto")
+    assert not errors, report(down, "auto", errors)

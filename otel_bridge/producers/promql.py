@@ -319,7 +319,7 @@ class PromQLProducer:
     def _wait_until_stored(self, t: float) -> None:
         """Wait until every scrape that started at or before ``t`` is stored in Prometheus (its timeout later)."""
         remaining = t + self._timeout_s + _STORED_SLACK_S - time.time()
-        if remaining > 0 and self._scraper is None:
+        if remaining > 0:
             self._closed.wait(remaining)
 
     def _ask(self, plan: WindowPlan) -> WindowAnswer:

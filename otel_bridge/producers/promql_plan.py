@@ -9,8 +9,9 @@ so the answer's size grows with the configured metrics and label groups, not wit
   Prometheus: ``last_over_time(x[...] @ end) - last_over_time(x[<pad>] @ start)``, i.e. the last sample at or before
   each boundary, exact for every series whose counter did not reset during the window;
 - the targets to read sample by sample: those whose counters reset during the window (``resets(...) > 0``) or whose
-  series have no sample before the window (they appeared during it). Their series are left out of the sums above and
-  fetched raw by a second request, so a restart costs the bytes of that one replica, and exactness is kept;
+  series have no sample just before the window (they appeared, or came back after being down). Their series are left
+  out of the sums above and fetched raw by a second request (looking back up to :data:`REREAD_LOOKBACK_S` for their
+  baseline), so a restart costs the bytes of that one replica, and exactness is kept;
 - the largest distance between a boundary and the sample that stood for it (``timestamp(x @ t)``);
 - the targets whose scrapes failed during the window (Prometheus' own ``up``).
 
@@ -44,6 +45,10 @@ _OVER_TIME = {
     "mean": "avg_over_time",
 }
 _AGGREGATE = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
+
+REREAD_LOOKBACK_S = 300.0
+"""How far before a window a re-read target's baseline sample may lie (Prometheus' own lookback): a target that was
+down for a while is re-read when it comes back, and what it counted meanwhile lands in that step, not nowhere."""
 
 Target = tuple[str, str]
 """``(job, instance)`` of a Prometheus target."""
@@ -104,10 +109,10 @@ class WindowPlan:
         self.window = window
         self.queries = list(queries)
         self.pad_s = pad_s
-        self.close_at = window.end + closing_s if window.final else window.end
+        self.increase_queries = [i for i in increase_queries if window.start is not None]
+        self.close_at = window.end + closing_s if window.final and self.increase_queries else window.end
         self.parts: dict[str, Part] = {}
         self._exprs: list[str] = []
-        self.increase_queries = [i for i in increase_queries if window.start is not None]
         for index, query in enumerate(self.queries):
             if query.promql is not None:
                 self._raw_promql(index, query)
@@ -177,13 +182,12 @@ class WindowPlan:
         histogram = query.kind == "histogram" and query.ratio is None
         for position, name in enumerate(query.series_names()):
             sel = promql.selector(name, matchers)
-            by = list(query.by) + (["le"] if histogram and position == 0 else [])
-            delta = f"({self._end_value(sel)} - {self._base_value(sel)}) unless on({targets}) ({reread})"
-            self._add(
-                f"{index}/increase/{position}",
-                Part("increase", index, name=name),
-                f"sum by ({', '.join(by)}) ({delta})",
-            )
+            by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+            # Summed first, then subtracted per group: matching every series of both boundaries label by label would
+            # cost Prometheus more than everything else in the query (measured in bench/suite_promql_scale.py).
+            end = f"sum by ({by}) ({self._end_value(sel)} unless on({targets}) ({reread}))"
+            base = f"sum by ({by}) ({self._base_value(sel)} unless on({targets}) ({reread}))"
+            self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"{end} - {base}")
         primary = promql.selector(primary_names(query)[0], matchers)
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
@@ -230,7 +234,7 @@ class WindowPlan:
             return None
         names = sorted({name for i in self.increase_queries for name in self.queries[i].series_names()})
         instances = sorted({instance for _, instance in targets})
-        span = promql.duration(self.close_at - window.start + self.pad_s)
+        span = promql.duration(self.close_at - window.start + max(self.pad_s, REREAD_LOOKBACK_S))
         return (
             f"{{__name__=~{promql.regex_alternation(names)}, instance=~{promql.value_alternation(instances)}}}[{span}]"
         )

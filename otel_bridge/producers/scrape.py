@@ -91,6 +91,7 @@ class ScrapeProducer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._series_keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], SeriesKey] = {}
+        self._last_answer: dict[str, Snapshot] = {}
         self.set_targets(targets)
 
     def _wanted_names(self) -> set[str]:
@@ -114,6 +115,9 @@ class ScrapeProducer:
             self._endpoints = endpoints
             self._instances = {e.url: urlsplit(e.url).netloc for e in endpoints}
             instances = list(self._instances.values())
+        with self._cond:
+            for gone_instance in set(self._last_answer) - set(instances):
+                del self._last_answer[gone_instance]
         for instance in instances:
             self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
         _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")
@@ -241,19 +245,40 @@ class ScrapeProducer:
         return sorted(i for i, f in latest.families.items() if f is None) if latest is not None else []
 
     def _relevant(self, window: StepWindow) -> list[Snapshot]:
+        """The snapshots bounding and inside ``window``, in time order.
+
+        The baseline is the last snapshot at or before the start; a target that did not answer it is represented by
+        its latest earlier answer (kept when older snapshots are pruned), so what it counted while unreachable lands
+        in the window where it answers again instead of being lost.
+        """
         snapshots = [s for s in self._snapshots if s.t <= window.end]
         if window.start is None:
             return snapshots[-1:]
         start = window.start
-        base = [s for s in snapshots if s.t <= start]
-        return base[-1:] + [s for s in snapshots if s.t > start]
+        before = [s for s in snapshots if s.t <= start]
+        base = before[-1:]
+        if base:
+            for instance, families in base[0].families.items():
+                if families is not None:
+                    continue
+                older = next((s for s in reversed(before) if s.families.get(instance) is not None), None)
+                if older is None and instance in self._last_answer:
+                    older = self._last_answer[instance]
+                if older is not None:
+                    base.insert(0, Snapshot(t=older.t, boundary=False, families={instance: older.families[instance]}))
+        return sorted(base, key=lambda s: s.t) + [s for s in snapshots if s.t > start]
 
     def _prune(self, end: float) -> None:
-        """Drop snapshots no later window can use: everything before the last one at or before ``end``."""
+        """Drop snapshots no later window can use: everything before the last one at or before ``end``, keeping
+        each target's latest answer among them."""
         keep_from = 0
         for index, snapshot in enumerate(self._snapshots):
             if snapshot.t <= end:
                 keep_from = index
+        for snapshot in self._snapshots[:keep_from]:
+            for instance, families in snapshot.families.items():
+                if families is not None:
+                    self._last_answer[instance] = Snapshot(t=snapshot.t, boundary=False, families={instance: families})
         del self._snapshots[:keep_from]
 
     def _series(self, snapshots: Sequence[Snapshot]) -> dict[str, list[RawSeries]]:

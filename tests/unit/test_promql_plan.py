@@ -50,7 +50,7 @@ def test_the_last_window_is_closed_by_the_first_sample_after_its_end() -> None:
     reread = final.reread_expression({("rollout", "127.0.0.1:8000")})
     assert reread == (
         '{__name__=~"vllm:generation_tokens_total|vllm:ttft_seconds_bucket|vllm:ttft_seconds_count|'
-        'vllm:ttft_seconds_sum", instance=~"127\\\\.0\\\\.0\\\\.1:8000"}[13500ms]'
+        'vllm:ttft_seconds_sum", instance=~"127\\\\.0\\\\.0\\\\.1:8000"}[311500ms]'
     )
 
 

@@ -304,9 +304,7 @@ class PromQLProducer:
                 points = answer.points.get(index, [])
             if points:
                 metrics.append(to_metric(query, points, window))
-        missing = [
-            q for i, q in enumerate(self._queries) if i not in answered and _expects_answer(q, window, self._scraper)
-        ]
+        missing = [q for i, q in enumerate(self._queries) if i not in answered and _expects_answer(q, window)]
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:
             missing_warning(self._warn, query, window, "Prometheus returned no series for it")
@@ -356,7 +354,7 @@ class PromQLProducer:
             )
 
 
-def _expects_answer(query: MetricQuery, window: StepWindow, scraper: ScrapeProducer | None) -> bool:
+def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:
     if window.start is not None:
         return True
     if query.promql is not None:

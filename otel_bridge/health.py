@@ -1,9 +1,9 @@
 """The bridge's own health metrics (``otel_bridge/*`` keys), added to every step record.
 
 Counters are cumulative since start-up (``otel_bridge/query_errors``); gauges describe the step just recorded
-(``otel_bridge/missing_metrics``: configured metrics that matched no series in this step; ``otel_bridge/boundary_lag_s``:
-the largest distance between a boundary of the step and the sample that stood for it; ``otel_bridge/targets_down``:
-Prometheus targets with a failed scrape during the step).
+(``otel_bridge/missing_metrics``: configured metrics that matched no series in this step;
+``otel_bridge/boundary_lag_s``: the largest distance between a boundary of the step and the sample that stood for it;
+``otel_bridge/targets_down``: Prometheus targets with a failed scrape during the step).
 """
 
 from __future__ import annotations

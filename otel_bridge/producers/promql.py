@@ -74,6 +74,7 @@ class PromQLProducer:
         self._queries = list(queries)
         self._interval_s = scrape_interval_s
         self._timeout_s = min(10.0, scrape_interval_s)
+        self._targets_known = False
         self._boundary: BoundaryMode = boundary
         self._max_targets = boundary_max_targets
         self._new_scraper = boundary_scraper
@@ -195,13 +196,19 @@ class PromQLProducer:
         return [t for t in self._client.targets() if _target_key(t) in serving]
 
     def _learn_schedule(self, targets: Sequence[dict[str, object]]) -> None:
-        intervals = [_seconds(t.get("scrapeInterval")) for t in targets]
-        timeouts = [_seconds(t.get("scrapeTimeout")) for t in targets]
-        known_intervals = [i for i in intervals if i is not None]
-        known_timeouts = [t for t in timeouts if t is not None]
-        if known_intervals:
-            self._interval_s = max(known_intervals)
-        self._timeout_s = max(known_timeouts) if known_timeouts else min(10.0, self._interval_s)
+        """Interval and storing delay of the targets serving the configured counters, from Prometheus' targets list.
+
+        A scrape is stored when it ends: the delay is twice the longest recent scrape (``lastScrapeDuration``), at
+        most the scrape timeout. Without such targets there is nothing to wait for.
+        """
+        self._targets_known = bool(targets)
+        intervals = [i for i in (_seconds(t.get("scrapeInterval")) for t in targets) if i is not None]
+        timeouts = [t for t in (_seconds(t.get("scrapeTimeout")) for t in targets) if t is not None]
+        durations = [d for d in (t.get("lastScrapeDuration") for t in targets) if isinstance(d, int | float)]
+        if intervals:
+            self._interval_s = max(intervals)
+        timeout = max(timeouts) if timeouts else min(10.0, self._interval_s)
+        self._timeout_s = min(timeout, 2.0 * max(durations)) if durations else (timeout if targets else 0.0)
 
     def _choose_boundary(self, targets: Sequence[dict[str, object]]) -> None:
         if self._boundary == "samples" or self._new_scraper is None or not self._counting_queries():
@@ -280,7 +287,7 @@ class PromQLProducer:
             window,
             increase_queries=self._increase_queries(),
             pad_s=self._pad_s,
-            closing_s=self._interval_s + _CLOSING_SLACK_S,
+            closing_s=self._interval_s + _CLOSING_SLACK_S if self._targets_known else 0.0,
         )
         self._wait_until_stored(plan.close_at)
         metrics: list[Metric] = []

@@ -110,7 +110,9 @@ class WindowPlan:
         self.queries = list(queries)
         self.pad_s = pad_s
         self.increase_queries = [i for i in increase_queries if window.start is not None]
-        self.close_at = window.end + closing_s if window.final and self.increase_queries else window.end
+        self.close_at = (
+            window.end + closing_s if window.final and self.increase_queries and closing_s > 0 else window.end
+        )
         self.parts: dict[str, Part] = {}
         self._exprs: list[str] = []
         for index, query in enumerate(self.queries):

@@ -7,13 +7,15 @@ Where a window's counters come from depends on ``prometheus.boundary`` (resolved
   :class:`~otel_bridge.producers.scrape.ScrapeProducer` fed by Prometheus' ``/api/v1/targets``), so every count lands
   in the step during which it happened; Prometheus supplies the gauges' history, raw PromQL and ``up``.
 - **Prometheus' samples** (``samples``; ``auto`` otherwise): each boundary is represented, per series, by the last
-  sample at or before it. Prometheus sums the per-series increases itself (:mod:`otel_bridge.producers.promql_plan`),
-  targets that restarted or appeared are re-read raw, and the record carries ``otel_bridge/boundary_lag_s``: the
-  largest distance between a boundary and the sample that stood for it.
+  sample at or before it. Prometheus sums those samples per group itself (:mod:`otel_bridge.producers.promql_plan`),
+  targets that restarted or appeared are re-read raw and their share replaced by their exact increase, and the
+  record carries ``otel_bridge/boundary_lag_s``: the largest distance between a boundary and the sample that stood
+  for it.
 
 Either way consecutive windows share their boundary samples, so the deltas of contiguous steps add up to the run's
-increase; a window is read only once every scrape that started before its end has been stored (``scrape_timeout``
-after the end), and the run's last window waits for the samples after its end that close it.
+increase; a window is read only once every scrape that started before its end has been stored (twice the targets'
+recent scrape duration after the end, at most their ``scrape_timeout``), and the run's last window waits for the
+samples after its end that close it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from opentelemetry.sdk.metrics.export import Metric
 from otel_bridge.discovery.watcher import TargetWatcher
 from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, QUERY_ERRORS, SCRAPE_ERRORS, TARGETS_DOWN, Health
-from otel_bridge.producers.aggregate import RawSeries, merge_increases, stats_from_increases, window_increases
+from otel_bridge.producers.aggregate import (
+    Increases,
+    RawSeries,
+    merge_increases,
+    stats_from_increases,
+    window_increases,
+)
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
 from otel_bridge.producers.promql_plan import TARGET_LABELS, Target, WindowAnswer, WindowPlan, primary_names
@@ -340,9 +348,15 @@ class PromQLProducer:
             closing = StepWindow(window.step, window.start, plan.close_at) if window.final else window
             for index, chosen in answer.reread.items():
                 query = self._queries[index]
-                mine = [_closed_by(s, window) for s in raw if _series_target(s) in chosen]
-                increases = window_increases(query, mine, closing) or {}
-                answer.increases[index] = merge_increases(answer.increases.get(index, {}), increases)
+                names = query.series_names()
+                mine = [s for s in raw if _series_target(s) in chosen and s.name in names and query.matches(s.labels)]
+                summed: Increases = {}
+                for series in mine:
+                    share = plan.summed_share(series, query)
+                    if share is not None:
+                        summed[share[0]] = summed.get(share[0], 0.0) - share[1]
+                exact = window_increases(query, [_closed_by(s, window) for s in mine], closing) or {}
+                answer.increases[index] = merge_increases(answer.increases.get(index, {}), summed, exact)
         return answer
 
     def _report_targets(self, answer: WindowAnswer) -> None:

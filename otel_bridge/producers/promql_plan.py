@@ -5,13 +5,14 @@ so the answer's size grows with the configured metrics and label groups, not wit
 
 - a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it;
 - a raw PromQL expression, as written;
-- a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) window increase, summed per label group in
-  Prometheus: ``last_over_time(x[...] @ end) - last_over_time(x[<pad>] @ start)``, i.e. the last sample at or before
-  each boundary, exact for every series whose counter did not reset during the window;
+- a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) value at each boundary, summed per label group in
+  Prometheus: ``sum by (...) (last_over_time(x[...] @ end))`` and ``... @ start``, i.e. the last sample at or before
+  each boundary; their difference is the window's increase for every series whose counter did not reset;
 - the targets to read sample by sample: those whose counters reset during the window (``resets(...) > 0``) or whose
-  series have no sample just before the window (they appeared, or came back after being down). Their series are left
-  out of the sums above and fetched raw by a second request (looking back up to :data:`REREAD_LOOKBACK_S` for their
-  baseline), so a restart costs the bytes of that one replica, and exactness is kept;
+  series have no sample just before the window (they appeared, or came back after being down). Their series are
+  fetched raw by a second request (looking back up to :data:`REREAD_LOOKBACK_S` for their baseline); their share of
+  the sums above (:meth:`WindowPlan.summed_share`) is replaced by their exact increase, so a restart costs the bytes
+  of that one replica, and exactness is kept;
 - the largest distance between a boundary and the sample that stood for it (``timestamp(x @ t)``);
 - the targets whose scrapes failed during the window (Prometheus' own ``up``).
 
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from otel_bridge.producers.aggregate import Group, Increases, StatPoint, group_of
+from otel_bridge.producers.aggregate import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import QueryResult
@@ -58,7 +59,7 @@ Target = tuple[str, str]
 class Part:
     """What one tagged part of the union answers."""
 
-    kind: Literal["stat", "promql", "increase", "reread", "lag", "down"]
+    kind: Literal["stat", "promql", "end", "start", "reread", "lag", "down"]
     index: int = -1
     name: str = ""
     stat: str | None = None
@@ -185,11 +186,15 @@ class WindowPlan:
         for position, name in enumerate(query.series_names()):
             sel = promql.selector(name, matchers)
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-            # Summed first, then subtracted per group: matching every series of both boundaries label by label would
-            # cost Prometheus more than everything else in the query (measured in bench/suite_promql_scale.py).
-            end = f"sum by ({by}) ({self._end_value(sel)} unless on({targets}) ({reread}))"
-            base = f"sum by ({by}) ({self._base_value(sel)} unless on({targets}) ({reread}))"
-            self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"{end} - {base}")
+            # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
+            # out client-side (boundary_values), so Prometheus touches every series once per boundary and evaluates
+            # the re-read selection once per query (measured in bench/suite_promql_scale.py).
+            self._add(
+                f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({self._end_value(sel)})"
+            )
+            self._add(
+                f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({self._base_value(sel)})"
+            )
         primary = promql.selector(primary_names(query)[0], matchers)
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
@@ -216,18 +221,43 @@ class WindowPlan:
                     answer.lag_s = max(answer.lag_s or 0.0, value)
             elif part.kind == "reread":
                 answer.reread.setdefault(part.index, set()).add((labels.get("job", ""), labels.get("instance", "")))
-            elif part.kind == "increase":
+            elif part.kind in ("end", "start"):
                 group: Group = group_of(labels, query.by)
                 if "le" in labels and part.name == query.series_names()[0] and query.kind == "histogram":
                     group = (*group, ("le", labels["le"]))
+                sign = 1.0 if part.kind == "end" else -1.0
                 increases = answer.increases.setdefault(part.index, {})
-                increases[(part.name, group)] = increases.get((part.name, group), 0.0) + value
+                increases[(part.name, group)] = increases.get((part.name, group), 0.0) + sign * value
             elif part.kind == "promql":
                 answer.points.setdefault(part.index, []).append(StatPoint(None, tuple(sorted(labels.items())), value))
             elif not math.isnan(value):
                 group = tuple((b, labels[b]) for b in query.by if b in labels)
                 answer.points.setdefault(part.index, []).append(StatPoint(part.stat, group, value))
         return answer
+
+    def summed_share(self, series: RawSeries, query: MetricQuery) -> tuple[tuple[str, Group], float] | None:
+        """What ``series`` contributed to this plan's end sum minus its start sum, from its raw samples.
+
+        Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it):
+        the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest sample in
+        ``(end, close_at]`` when there is one), the start value the last sample in ``(start - pad, start]``.
+        """
+        window = self.window
+        assert window.start is not None
+        group: Group = group_of(series.labels, query.by)
+        if query.kind == "histogram" and query.ratio is None and series.name == query.series_names()[0]:
+            le = series.labels.get("le")
+            if le is None:
+                return None
+            group = (*group, ("le", le))
+        low = window.start - self.pad_s
+        end_values = [v for t, v in series.samples if low < t <= window.end]
+        after = [v for t, v in series.samples if window.end < t <= self.close_at]
+        start_values = [v for t, v in series.samples if low < t <= window.start]
+        end = min(after) if window.final and after else (end_values[-1] if end_values else None)
+        if end is None:
+            return None
+        return (series.name, group), end - (start_values[-1] if start_values else 0.0)
 
     def reread_expression(self, targets: set[Target]) -> str | None:
         """The range-selector query returning the raw samples of ``targets`` (evaluate at :attr:`close_at`)."""

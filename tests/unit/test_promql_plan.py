@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_bridge.errors import ConfigError
+from otel_bridge.producers.aggregate import RawSeries
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql_plan import TAG_LABEL, WindowPlan
 from otel_bridge.prometheus.client import PromSeries, QueryResult
@@ -36,7 +37,8 @@ def test_every_part_is_evaluated_at_the_window_boundaries() -> None:
         "last_over_time(vllm:generation_tokens_total[2s] @ 1000.000)" in expr
     )  # start: last sample in (start-pad, start]
     assert "resets(vllm:ttft_seconds_count[12s] @ 1010.000)" in expr  # a histogram's restarts are seen on _count
-    assert "sum by (le) (" in expr  # bucket increases summed per bound in Prometheus
+    assert "sum by (le) (last_over_time(vllm:ttft_seconds_bucket[12s] @ 1010.000))" in expr  # summed per bound
+    assert " unless on(" not in expr  # re-read targets are taken out of the sums client-side, not in Prometheus
     assert "(count_over_time(up[10s]) - sum_over_time(up[10s])) > 0" in expr
     assert "min_over_time" not in expr
 
@@ -65,11 +67,13 @@ def test_answer_is_read_by_part_and_foreign_tags_are_ignored() -> None:
         series=(
             series("0/last", 3.0),
             series("0/max", 5.0),
-            series("1/increase/0", 40.0),
+            series("1/end/0", 140.0),
+            series("1/start/0", 100.0),
             series("1/reread", 1.0, job="rollout", instance="127.0.0.1:8001"),
-            series("2/increase/0", 2.0, le="0.1"),
-            series("2/increase/0", 3.0, le="+Inf"),
-            series("2/increase/2", 3.0),
+            series("2/end/0", 12.0, le="0.1"),
+            series("2/start/0", 10.0, le="0.1"),
+            series("2/end/0", 3.0, le="+Inf"),
+            series("2/end/2", 3.0),
             series("1/lag/end", 0.4),
             series("1/lag/start", 0.9),
             series("down", 2.0, job="rollout", instance="127.0.0.1:8002"),
@@ -110,3 +114,15 @@ def test_value_alternation_escapes_every_regex_character() -> None:
     assert value_alternation(["10.0.0.1:80", "a|b", "x(y)"]) == '"10\\\\.0\\\\.0\\\\.1:80|a\\\\|b|x\\\\(y\\\\)"'
     with pytest.raises(ConfigError):
         value_alternation([])
+
+
+def test_a_reread_series_share_of_the_sums_mirrors_the_parts() -> None:
+    """The client reproduces what Prometheus summed for a re-read series: last sample in (start - pad, end] minus last
+    sample in (start - pad, start]; for a final window the smallest sample in (end, close_at] closes it."""
+    samples = [(997.0, 10.0), (999.0, 12.0), (1004.0, 2.0), (1009.0, 5.0), (1010.5, 6.0), (1011.0, 7.0)]
+    raw = RawSeries("vllm:generation_tokens_total", {"instance": "a"}, samples)
+    assert plan().summed_share(raw, COUNTER) == (("vllm:generation_tokens_total", ()), 5.0 - 12.0)
+    final = plan(StepWindow(step=3, start=1000.0, end=1010.0, final=True))
+    assert final.summed_share(raw, COUNTER) == (("vllm:generation_tokens_total", ()), 6.0 - 12.0)
+    late = RawSeries("vllm:generation_tokens_total", {"instance": "b"}, [(1005.0, 3.0), (1009.0, 4.0)])
+    assert plan().summed_share(late, COUNTER) == (("vllm:generation_tokens_total", ()), 4.0)

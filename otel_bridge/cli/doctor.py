@@ -39,7 +39,7 @@ from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, Pro
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.exposition import ExpositionFamily
-from otel_bridge.prometheus.promql import parse_duration
+from otel_bridge.prometheus.promql import target_duration
 
 Status = Literal["pass", "fail", "warn", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "skip")
@@ -268,7 +268,7 @@ class Doctor:
         except PrometheusError as exc:
             self.add("step boundaries", "skip", f"Prometheus' targets are unknown: {exc}")
             return
-        intervals = [_duration_s(t.get("scrapeInterval")) for t in targets]
+        intervals = [target_duration(t.get("scrapeInterval")) for t in targets]
         interval = max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
         prom = config.prometheus
         mode = {
@@ -497,15 +497,6 @@ class Doctor:
             "created (writes to the terminal)" if tracker.type == "console" else "imported, wrote and closed one record"
         )
         self.add(name, "pass", f"{what} (in a temporary run directory{', offline' if tracker.type == 'wandb' else ''})")
-
-
-def _duration_s(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_duration(value)
-    except ConfigError:
-        return None
 
 
 def _latest_step_seconds(run_dir: Path) -> tuple[Path, float] | None:

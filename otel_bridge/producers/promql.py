@@ -40,7 +40,14 @@ from otel_bridge.producers.aggregate import (
 )
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
-from otel_bridge.producers.promql_plan import TARGET_LABELS, Target, WindowAnswer, WindowPlan, primary_names
+from otel_bridge.producers.promql_plan import (
+    TARGET_LABELS,
+    WINDOW_PLACEHOLDER,
+    Target,
+    WindowAnswer,
+    WindowPlan,
+    primary_names,
+)
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
@@ -210,8 +217,8 @@ class PromQLProducer:
         most the scrape timeout. Without such targets there is nothing to wait for.
         """
         self._targets_known = bool(targets)
-        intervals = [i for i in (_seconds(t.get("scrapeInterval")) for t in targets) if i is not None]
-        timeouts = [t for t in (_seconds(t.get("scrapeTimeout")) for t in targets) if t is not None]
+        intervals = [i for i in (promql.target_duration(t.get("scrapeInterval")) for t in targets) if i is not None]
+        timeouts = [t for t in (promql.target_duration(t.get("scrapeTimeout")) for t in targets) if t is not None]
         durations = [d for d in (t.get("lastScrapeDuration") for t in targets) if isinstance(d, int | float)]
         if intervals:
             self._interval_s = max(intervals)
@@ -379,7 +386,7 @@ def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:
     if window.start is not None:
         return True
     if query.promql is not None:
-        return "$window" not in query.promql
+        return WINDOW_PLACEHOLDER not in query.promql
     return query.kind == "gauge" and "last" in query.stats
 
 
@@ -423,13 +430,3 @@ def _target_key(target: dict[str, object]) -> Target:
     if not isinstance(labels, dict):
         return ("", "")
     return (str(labels.get("job", "")), str(labels.get("instance", "")))
-
-
-def _seconds(duration: object) -> float | None:
-    """A Prometheus duration string (``15s``, ``1m30s``, ``500ms``) in seconds; ``None`` when absent or unreadable."""
-    if not isinstance(duration, str) or not duration:
-        return None
-    try:
-        return promql.parse_duration(duration)
-    except ConfigError:
-        return None

@@ -23,6 +23,7 @@ __all__ = [
     "regex_alternation",
     "selector",
     "tag_series",
+    "target_duration",
     "union",
     "validate_label_name",
     "validate_metric_name",
@@ -150,6 +151,16 @@ def parse_duration(text: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != stripped:
         raise ConfigError(f"{text!r} is not a Prometheus duration such as 15s, 1m30s or 500ms")
     return sum(float(number) * _DURATION_UNIT_S[unit] for number, unit in parts)
+
+
+def target_duration(value: object) -> float | None:
+    """A duration field of Prometheus' targets list (``"15s"``) in seconds; ``None`` when absent or not a duration."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_duration(value)
+    except ConfigError:
+        return None
 
 
 def tag_series(expr: str, label: str, value: str) -> str:

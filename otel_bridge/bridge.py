@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -102,31 +103,32 @@ class Bridge:
         delivery = config.delivery
         self.rank = _rank(config)
         self.delivers = self.rank == delivery.rank
-        all_backends = (
-            [create_backend(t.type, t.options(), self.run_dir) for t in config.trackers] + list(backends)
-            if self.delivers
-            else []
-        )
         self._records: OrderedDict[int, StepRecord] = OrderedDict()
         self._records_cond = threading.Condition()
-        self.exporter = TrackerExporter(
-            all_backends,
-            infra_prefix=config.naming.infra_prefix,
-            health=self.health,
-            on_record=self._remember,
-            warn_interval_s=delivery.warn_interval_s,
-            retries=delivery.backend_retries,
-            backoff_s=delivery.backend_backoff_s,
-            backend_queue_size=delivery.backend_queue_size,
-        )
         try:
+            # Everything that can fail at start-up runs before the trackers are created, so a failed start leaves no
+            # empty wandb/MLflow run and no empty run directory behind.
             if not self.delivers:
                 self._producers = []
                 _log.info("otel-bridge: rank %d does not deliver (delivery.rank is %d)", self.rank, delivery.rank)
             else:
                 self._producers = producers if producers is not None else self._build_producers(rollout_servers)
+            for producer in self._producers:
+                if isinstance(producer, ProducerLifecycle):
+                    producer.start()
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
+            created = self._create_backends() if self.delivers else []
+            self.exporter = TrackerExporter(
+                [*created, *backends] if self.delivers else [],
+                infra_prefix=config.naming.infra_prefix,
+                health=self.health,
+                on_record=self._remember,
+                warn_interval_s=delivery.warn_interval_s,
+                retries=delivery.backend_retries,
+                backoff_s=delivery.backend_backoff_s,
+                backend_queue_size=delivery.backend_queue_size,
+            )
             self.reader = StepMetricReader(
                 self.exporter,
                 self._producers,
@@ -135,9 +137,6 @@ class Bridge:
                 warn_interval_s=config.delivery.warn_interval_s,
             )
             self.meter_provider = MeterProvider(metric_readers=[self.reader, *self._extra.readers], resource=resource)
-            for producer in self._producers:
-                if isinstance(producer, ProducerLifecycle):
-                    producer.start()
             for watcher in self._watchers:
                 watcher.start()
         except BaseException:
@@ -146,7 +145,8 @@ class Bridge:
                 self.meter_provider.shutdown()
             if hasattr(self, "_extra"):
                 self._extra.close()
-            self.exporter.shutdown()
+            if hasattr(self, "exporter"):
+                self.exporter.shutdown()
             raise
         self._jobs = StepQueue(delivery.queue_size, delivery.max_block_s, health=self.health, warn=self._warn)
         self._worker = threading.Thread(target=self._deliver, name="otel-bridge-delivery", daemon=True)
@@ -167,6 +167,23 @@ class Bridge:
             len(self._producers),
             self.backend_names,
         )
+
+    def _create_backends(self) -> list[Backend]:
+        """The configured trackers; when one cannot be created, those already created are closed and a run directory
+        this call created is removed, so that a failed start leaves no empty run behind."""
+        run_dir_existed = self.run_dir.exists()
+        created: list[Backend] = []
+        try:
+            for tracker in self.config.trackers:
+                created.append(create_backend(tracker.type, tracker.options(), self.run_dir))
+        except BaseException:
+            for backend in created:
+                backend.close()
+            if not run_dir_existed and self.run_dir.is_dir():
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                _log.info("otel-bridge: removed %s, created by this failed start", self.run_dir)
+            raise
+        return created
 
     @classmethod
     def from_config(

@@ -2,7 +2,9 @@
 
 No server needs to be installed: two local endpoints serve vLLM 0.32's exact metric names, types and labels, driven by
 a seeded workload, and the bridge reads them straight from ``/metrics`` (the embedded default). With a Prometheus URL it
-uses the PromQL path instead (that Prometheus must scrape the simulated servers' ports).
+uses the PromQL path instead (that Prometheus must scrape the simulated servers' ports). With ``start_prometheus`` it
+starts a real Prometheus itself (:mod:`otel_bridge.prometheus.local`), configured by the same code as
+``otel-bridge prometheus-config`` to scrape the simulated servers, runs the PromQL path through it, and stops it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -18,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from otel_bridge.bridge import Bridge
+from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.record import StepRecord
+from otel_bridge.prometheus.config_gen import prometheus_config, write_prometheus_config
+from otel_bridge.prometheus.local import LocalPrometheus, find_prometheus_binary
 from otel_bridge.simulation.http import MetricsHTTPServer
 from otel_bridge.simulation.vllm import SimulatedWorkload, VLLMSimulator
 
@@ -76,40 +82,89 @@ def run_demo(
     out: Path = Path("runs"),
     run_name: str | None = None,
     prometheus_url: str | None = None,
+    start_prometheus: bool = False,
+    prometheus_port: int = 0,
     step_seconds: float = 1.0,
     sim_port: int = 0,
     scrape_interval_s: float = 1.0,
     on_step: Callable[[int], None] | None = None,
+    on_event: Callable[[str], None] | None = None,
 ) -> DemoResult:
-    """Run the demo training loop for ``steps`` steps and return where the records went."""
+    """Run the demo training loop for ``steps`` steps and return where the records went.
+
+    ``start_prometheus`` starts a local Prometheus (``$PROMETHEUS_BIN``, else ``/usr/bin/prometheus``, else ``PATH``)
+    scraping the simulated servers every ``scrape_interval_s``, reads the infrastructure through it, and stops it by
+    PID at the end, also on errors and Ctrl-C. ``on_event`` receives one line per thing started or stopped.
+    """
+    if start_prometheus and prometheus_url is not None:
+        raise ConfigError("use either --prometheus (start a local Prometheus) or --prometheus-url URL, not both")
     name = run_name or time.strftime("demo-%Y%m%d-%H%M%S")
+    say = on_event or _log.info
+    binary = find_prometheus_binary() if start_prometheus else None  # fail before starting anything
+    with ExitStack() as stack:
+        servers = stack.enter_context(simulated_rollout_servers(2, first_port=sim_port))
+        targets = [f"127.0.0.1:{server.port}" for _, _, server in servers]
+        say(f"simulated vLLM servers: {', '.join(f'http://{t}/metrics' for t in targets)}")
+        stack.callback(say, "stopped the simulated vLLM servers")
+        if binary is not None:
+            prometheus = stack.enter_context(_local_prometheus(binary, targets, scrape_interval_s, prometheus_port))
+            say(f"prometheus: {binary} (pid {prometheus.pid}) at {prometheus.url}, scraping {', '.join(targets)}")
+            stack.callback(say, f"stopped prometheus (pid {prometheus.pid})")
+            prometheus.wait_for_targets(len(targets))
+            prometheus_url = prometheus.url
+        return _train(servers, steps, out, name, prometheus_url, step_seconds, scrape_interval_s, on_step)
+
+
+@contextmanager
+def _local_prometheus(
+    binary: Path, targets: list[str], scrape_interval_s: float, port: int
+) -> Iterator[LocalPrometheus]:
+    """A Prometheus scraping ``targets``: config and data in a temporary directory, removed with it."""
+    with tempfile.TemporaryDirectory(prefix="otel-bridge-prometheus-") as workdir:
+        config_file = Path(workdir) / "prometheus.yml"
+        write_prometheus_config(
+            config_file, prometheus_config(rollout_targets=targets, scrape_interval_s=scrape_interval_s)
+        )
+        with LocalPrometheus(binary, config_file, Path(workdir), port=port) as prometheus:
+            yield prometheus
+
+
+def _train(
+    servers: list[tuple[VLLMSimulator, SimulatedWorkload, MetricsHTTPServer]],
+    steps: int,
+    out: Path,
+    name: str,
+    prometheus_url: str | None,
+    step_seconds: float,
+    scrape_interval_s: float,
+    on_step: Callable[[int], None] | None,
+) -> DemoResult:
     rng = random.Random(0)
-    with simulated_rollout_servers(2, first_port=sim_port) as servers:
-        targets = [server.url for _, _, server in servers]
-        bridge = Bridge.from_config(demo_config(targets, out, name, prometheus_url, scrape_interval_s))
-        with bridge:
-            meter = bridge.meter("demo.trainer")
-            samples = meter.create_counter("trainer.samples", unit="1", description="Samples trained on")
-            update_time = meter.create_histogram("trainer.update_seconds", unit="s")
-            for step in range(steps):
-                rate = 10.0 + 30.0 * (0.5 + 0.5 * math.sin(step / 3.0))
-                for _, workload, _ in servers:
-                    workload.requests_per_s = rate
-                with bridge.step(step):
-                    time.sleep(step_seconds)
-                    samples.add(256)
-                    update_time.record(step_seconds * (0.4 + 0.2 * rng.random()))
-                    loss = 2.0 * math.exp(-step / 10.0) + 0.05 * rng.random()
-                    bridge.log(
-                        {
-                            "actor/loss": loss,
-                            "actor/grad_norm": 1.0 + rng.random(),
-                            "critic/score/mean": 1.0 - loss / 2.0,
-                        },
-                        step=step,
-                    )
-                if on_step is not None:
-                    on_step(step)
-        records = [r for s in range(max(0, steps - 5), steps) if (r := bridge.record(s)) is not None]
-        jsonl = bridge.run_dir / "metrics.jsonl"
-        return DemoResult(run_dir=bridge.run_dir, jsonl=jsonl, records=records)
+    targets = [server.url for _, _, server in servers]
+    bridge = Bridge.from_config(demo_config(targets, out, name, prometheus_url, scrape_interval_s))
+    with bridge:
+        meter = bridge.meter("demo.trainer")
+        samples = meter.create_counter("trainer.samples", unit="1", description="Samples trained on")
+        update_time = meter.create_histogram("trainer.update_seconds", unit="s")
+        for step in range(steps):
+            rate = 10.0 + 30.0 * (0.5 + 0.5 * math.sin(step / 3.0))
+            for _, workload, _ in servers:
+                workload.requests_per_s = rate
+            with bridge.step(step):
+                time.sleep(step_seconds)
+                samples.add(256)
+                update_time.record(step_seconds * (0.4 + 0.2 * rng.random()))
+                loss = 2.0 * math.exp(-step / 10.0) + 0.05 * rng.random()
+                bridge.log(
+                    {
+                        "actor/loss": loss,
+                        "actor/grad_norm": 1.0 + rng.random(),
+                        "critic/score/mean": 1.0 - loss / 2.0,
+                    },
+                    step=step,
+                )
+            if on_step is not None:
+                on_step(step)
+    records = [r for s in range(max(0, steps - 5), steps) if (r := bridge.record(s)) is not None]
+    jsonl = bridge.run_dir / "metrics.jsonl"
+    return DemoResult(run_dir=bridge.run_dir, jsonl=jsonl, records=records)

@@ -1,8 +1,9 @@
 """The ``otel-bridge`` command line.
 
-``otel-bridge demo | doctor | discover | query | tail | plot | prometheus-config``, each with ``--help``. Global flags:
-``--verbose`` (debug logs, tracebacks) and ``--quiet`` (errors only). Errors print one actionable line on stderr and
-exit with status 2 (1 when a command ran and found problems, e.g. ``doctor``; 130 on Ctrl-C outside ``tail``).
+``otel-bridge demo | init | doctor | discover | query | tail | plot | prometheus-config``, each with ``--help``.
+Global flags: ``--verbose`` (debug logs, tracebacks) and ``--quiet`` (errors only). Errors print one actionable line
+on stderr and exit with status 2 (1 when a command ran and found problems, e.g. ``doctor``; 130 on Ctrl-C outside
+``tail``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from otel_bridge.cli.demo import TABLE_KEYS, format_table
 from otel_bridge.cli.demo import add_parser as add_demo
 from otel_bridge.cli.discover import add_parser as add_discover
 from otel_bridge.cli.doctor import add_parser as add_doctor
+from otel_bridge.cli.init import add_parser as add_init
 from otel_bridge.cli.output import error_line
 from otel_bridge.cli.plot import add_parser as add_plot
 from otel_bridge.cli.prometheus_config import add_parser as add_prometheus_config
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (add_demo, add_doctor, add_discover, add_query, add_tail, add_plot, add_prometheus_config):
+    for add in (add_demo, add_init, add_doctor, add_discover, add_query, add_tail, add_plot, add_prometheus_config):
         add(commands)
     for command in commands.choices.values():  # the global flags also work after the command
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
@@ -53,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else (logging.ERROR if args.quiet else logging.WARNING)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # urllib3 logs every retry at WARNING (with the whole URL-encoded query); the CLI's own line says what failed.
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     run: Command = args.run
     try:
         return run(args, sys.stdout)

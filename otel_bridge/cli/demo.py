@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,12 +34,24 @@ def add_parser(commands: Any) -> None:
         "demo",
         help="run a small training loop against simulated vLLM servers",
         description="Run a small training loop against two simulated vLLM rollout servers and write the per-step "
-        "records (trainer + infrastructure) to TensorBoard and JSONL under OUT/<run name>/.",
+        "records (trainer + infrastructure) to TensorBoard and JSONL under OUT/<run name>/. By default the bridge "
+        "reads the servers' /metrics itself (scrape path); --prometheus starts a real Prometheus scraping them and "
+        "reads through it (PromQL path), then stops it.",
     )
     demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     demo.add_argument("--out", type=Path, default=Path("runs"), help="parent directory of the run (default ./runs)")
     demo.add_argument("--run-name", default=None, help="run folder name (default demo-<timestamp>)")
+    where = demo.add_mutually_exclusive_group()
+    where.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="start a local Prometheus ($PROMETHEUS_BIN, else /usr/bin/prometheus, else PATH) scraping the simulated "
+        "servers, read the infrastructure through it (PromQL path), and stop it at the end",
+    )
     demo.add_argument(
+        "--prometheus-port", type=int, default=0, help="with --prometheus: its port on 127.0.0.1 (default: a free one)"
+    )
+    where.add_argument(
         "--prometheus-url",
         default=None,
         help="read infrastructure metrics through this Prometheus (PromQL path); it must scrape the simulated "
@@ -48,8 +64,9 @@ def add_parser(commands: Any) -> None:
     demo.add_argument(
         "--scrape-interval",
         type=float,
-        default=1.0,
-        help="the Prometheus scrape interval in seconds (PromQL path)",
+        default=None,
+        help="the Prometheus scrape interval in seconds (PromQL path; default: half of --step-seconds, so that every "
+        "step holds a sample of every gauge)",
     )
     demo.set_defaults(run=run)
 
@@ -75,8 +92,15 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError(f"--steps must be at least 1, got {args.steps}")
     if args.step_seconds <= 0:
         raise ConfigError(f"--step-seconds must be positive, got {args.step_seconds}")
+    if args.scrape_interval is not None and args.scrape_interval <= 0:
+        raise ConfigError(f"--scrape-interval must be positive, got {args.scrape_interval}")
 
     interactive = out.isatty()
+
+    def event(line: str) -> None:
+        if not args.quiet:
+            out.write(line + "\n")
+            out.flush()
 
     def progress(step: int) -> None:
         if args.quiet:
@@ -94,12 +118,32 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         out=args.out,
         run_name=args.run_name,
         prometheus_url=args.prometheus_url,
+        start_prometheus=args.prometheus,
+        prometheus_port=args.prometheus_port,
         step_seconds=args.step_seconds,
         sim_port=args.sim_port,
-        scrape_interval_s=args.scrape_interval,
+        scrape_interval_s=args.scrape_interval or args.step_seconds / 2,
         on_step=progress,
+        on_event=event,
     )
     if not args.quiet:
-        out.write("\n\n" + format_table(result.records) + "\n\n")
-        out.write(f"records: {result.jsonl}\ntensorboard: tensorboard --logdir {result.run_dir / 'tensorboard'}\n")
+        out.write("\n" + format_table(result.records) + "\n\n")
+        out.write(f"records: {result.jsonl}\ntensorboard: {tensorboard_command(result.run_dir / 'tensorboard')}\n")
     return 0
+
+
+def tensorboard_command(logdir: Path) -> str:
+    """A ``tensorboard --logdir`` command line that runs as printed, from the current directory.
+
+    ``tensorboard`` when it is on ``PATH``; else the script next to this Python (the virtualenv's, e.g.
+    ``.venv/bin/tensorboard``, relative when it is under the current directory); else the install command.
+    """
+    if shutil.which("tensorboard"):
+        program = "tensorboard"
+    else:
+        script = Path(sys.executable).parent / "tensorboard"
+        if not script.exists():
+            return f"pip install tensorboard, then: tensorboard --logdir {shlex.quote(str(logdir))}"
+        relative = os.path.relpath(script)
+        program = relative if not relative.startswith("..") else str(script)
+    return f"{shlex.quote(program)} --logdir {shlex.quote(str(logdir))}"

@@ -78,7 +78,8 @@ def resolve_metrics(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
                     f"metrics[{index}]: unknown preset {config.preset!r}; available: {', '.join(sorted(PRESETS))}"
                 )
             for entry in preset:
-                merged = {**entry, "by": list(config.by)}
+                own = list(entry.get("by", []))
+                merged = {**entry, "by": own + [label for label in config.by if label not in own]}
                 if "agg" in config.model_fields_set and entry.get("type") == "gauge":
                     merged["agg"] = config.agg
                 queries.append(_query(MetricConfig.model_validate(merged), index))

@@ -1,12 +1,24 @@
 """Named metric sets with the right statistics, usable as ``- preset: vllm`` in config.
 
-Each preset is a list of :class:`~otel_bridge.config.MetricConfig`-shaped dicts. Deprecated vLLM names are mapped to
-their replacements by :data:`DEPRECATED` (accepted with a warning, queried as the replacement).
+Each preset is a list of :class:`~otel_bridge.config.MetricConfig`-shaped dicts; an entry's own ``by`` labels are kept
+in front of those the user gives the preset. Gauges combine across series with one aggregation each: where both the
+average over GPUs and the highest GPU matter, the preset lists the metric twice, the second under an alias ending in
+``:busiest_gpu``. Deprecated vLLM names are mapped to their replacements by :data:`DEPRECATED` (accepted with a
+warning, queried as the replacement).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+
+def _mean_and_busiest_gpu(name: str) -> list[dict[str, Any]]:
+    """A per-GPU gauge twice: its mean over the step and the GPUs, and the highest value any GPU reached."""
+    return [
+        {"name": name, "type": "gauge", "stats": ["mean"], "agg": "mean"},
+        {"name": name, "type": "gauge", "stats": ["max"], "agg": "max", "alias": f"{name}:busiest_gpu"},
+    ]
+
 
 VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
@@ -33,31 +45,78 @@ VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:request_queue_time_seconds", "type": "histogram", "stats": ["mean", "p99"]},
 ]
 
-# Names as documented in SGLang's production metrics reference (docs/references/production_metrics.md).
+# SGLang 0.5.23 (python/sglang/srt/observability/metrics_collector.py). Scheduler gauges carry model_name,
+# engine_type, tp_rank, pp_rank, moe_ep_rank (+ dp_rank, priority when enabled); the tokenizer's counters and
+# histograms carry model_name, engine_type and mostly is_streaming. sglang:time_per_output_token_seconds (named in
+# older docs) does not exist: the per-token latency is sglang:inter_token_latency_seconds.
 SGLANG: Final[list[dict[str, Any]]] = [
     {"name": "sglang:generation_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
     {"name": "sglang:prompt_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
+    {"name": "sglang:num_requests_total", "type": "counter", "stats": ["delta"]},
     {"name": "sglang:num_running_reqs", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "sglang:num_queue_reqs", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "sglang:num_used_tokens", "type": "gauge", "stats": ["max"], "agg": "sum"},
     {"name": "sglang:token_usage", "type": "gauge", "stats": ["max", "mean"], "agg": "max"},
     {"name": "sglang:cache_hit_rate", "type": "gauge", "stats": ["mean"], "agg": "mean"},
     {"name": "sglang:time_to_first_token_seconds", "type": "histogram", "stats": ["mean", "p50", "p99", "count"]},
-    {"name": "sglang:time_per_output_token_seconds", "type": "histogram", "stats": ["mean", "p50", "p99"]},
+    {"name": "sglang:inter_token_latency_seconds", "type": "histogram", "stats": ["mean", "p50", "p99"]},
     {"name": "sglang:e2e_request_latency_seconds", "type": "histogram", "stats": ["mean", "p50", "p99"]},
 ]
 
-# Ray's node and object-store metrics as its metrics agent exports them (ray_ prefix).
+# Ray 2.60's metrics agent (ray/dashboard/modules/reporter/reporter_agent.py METRICS_GAUGES, checked against a capture
+# of a real Ray 2.60 node). Node gauges carry ip, Version, SessionName, IsHeadNode, RayNodeType; GPU gauges add
+# GpuIndex, GpuDeviceName, GpuUuid and exist only on nodes with GPUs. ray_node_gram_used is in MiB (Ray divides
+# NVML's bytes by 2**20) despite its "bytes" unit. ray_object_store_used_memory is one series per node (labelled
+# NodeAddress); ray_object_store_memory would add spilled and worker-heap bytes to shared memory.
 RAY: Final[list[dict[str, Any]]] = [
     {"name": "ray_node_cpu_utilization", "type": "gauge", "stats": ["mean", "max"], "agg": "mean"},
     {"name": "ray_node_mem_used", "type": "gauge", "stats": ["max"], "agg": "sum"},
     {"name": "ray_node_mem_total", "type": "gauge", "stats": ["last"], "agg": "sum"},
-    {"name": "ray_node_gpus_utilization", "type": "gauge", "stats": ["mean", "max"], "agg": "mean"},
-    {"name": "ray_node_gram_used", "type": "gauge", "stats": ["max"], "agg": "sum"},
-    {"name": "ray_object_store_memory", "type": "gauge", "stats": ["max"], "agg": "sum"},
+    *_mean_and_busiest_gpu("ray_node_gpus_utilization"),
+    {"name": "ray_node_gram_used", "type": "gauge", "stats": ["max"], "agg": "max"},
+    {"name": "ray_object_store_used_memory", "type": "gauge", "stats": ["max"], "agg": "sum"},
+    {"name": "ray_node_network_receive_speed", "type": "gauge", "stats": ["mean"], "agg": "sum"},
+    {"name": "ray_node_network_send_speed", "type": "gauge", "stats": ["mean"], "agg": "sum"},
 ]
 
-PRESETS: Final[dict[str, list[dict[str, Any]]]] = {"vllm": VLLM, "sglang": SGLANG, "ray": RAY}
+# NVIDIA dcgm-exporter 4.5.3-4.8.2 with its default counters (etc/default-counters.csv). One series per GPU,
+# labelled gpu, UUID, pci_bus_id, device, modelName, Hostname (the exporter's host; "hostname" on dcgm-exporter's
+# main branch after 4.5.3-4.8.2), DCGM_FI_DRIVER_VERSION, plus pod/namespace/container for GPUs allocated to pods.
+# The DCGM_FI_PROF_* fields need a GPU with profiling metrics (data-centre parts); DCGM_FI_PROF_SM_ACTIVE is not
+# among the default counters (add it to the exporter's CSV and configure it by name).
+DCGM: Final[list[dict[str, Any]]] = [
+    *_mean_and_busiest_gpu("DCGM_FI_DEV_GPU_UTIL"),
+    {"name": "DCGM_FI_DEV_FB_USED", "type": "gauge", "stats": ["max"], "agg": "max"},
+    {"name": "DCGM_FI_DEV_FB_FREE", "type": "gauge", "stats": ["min"], "agg": "min"},
+    {"name": "DCGM_FI_DEV_POWER_USAGE", "type": "gauge", "stats": ["mean"], "agg": "sum"},
+    {"name": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "type": "counter", "stats": ["delta"]},
+    {"name": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "stats": ["max"], "agg": "max"},
+    {"name": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
+    {"name": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
+    {"name": "DCGM_FI_PROF_DRAM_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
+]
+
+# Prometheus node_exporter (checked against a capture of node_exporter 1.5.0; the names are unchanged in 1.x).
+# node_cpu_seconds_total is kept apart by mode: its rate is the number of cores busy in each mode. The network and
+# disk counters are summed over every device, the loopback interface included (add `by: [device]` to split them).
+NODE: Final[list[dict[str, Any]]] = [
+    {"name": "node_cpu_seconds_total", "type": "counter", "stats": ["rate"], "by": ["mode"]},
+    {"name": "node_load1", "type": "gauge", "stats": ["max"], "agg": "max"},
+    {"name": "node_memory_MemAvailable_bytes", "type": "gauge", "stats": ["min"], "agg": "sum"},
+    {"name": "node_memory_MemTotal_bytes", "type": "gauge", "stats": ["last"], "agg": "sum"},
+    {"name": "node_network_receive_bytes_total", "type": "counter", "stats": ["delta", "rate"]},
+    {"name": "node_network_transmit_bytes_total", "type": "counter", "stats": ["delta", "rate"]},
+    {"name": "node_disk_read_bytes_total", "type": "counter", "stats": ["delta", "rate"]},
+    {"name": "node_disk_written_bytes_total", "type": "counter", "stats": ["delta", "rate"]},
+]
+
+PRESETS: Final[dict[str, list[dict[str, Any]]]] = {
+    "vllm": VLLM,
+    "sglang": SGLANG,
+    "ray": RAY,
+    "dcgm": DCGM,
+    "node": NODE,
+}
 
 # Old vLLM names (gone in vLLM 0.32) -> the metric that replaces them. Accepted with a warning naming the
 # replacement, and queried as the replacement.

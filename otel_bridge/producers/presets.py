@@ -119,7 +119,10 @@ PRESETS: Final[dict[str, list[dict[str, Any]]]] = {
 }
 
 # Old vLLM names (gone in vLLM 0.32) -> the metric that replaces them. Accepted with a warning naming the
-# replacement, and queried as the replacement.
+# replacement, and queried as the replacement. Checked against vLLM's own deprecation notes (docs/usage/metrics.md,
+# docs/design/metrics.md) and 0.33's vllm/v1/metrics/loggers.py. vllm:num_requests_swapped,
+# vllm:cpu_cache_usage_perc and vllm:cpu_prefix_cache_hit_rate were removed without a replacement (no CPU swapping
+# in the V1 engine): configured, they are reported missing by name.
 DEPRECATED: Final[dict[str, dict[str, Any]]] = {
     "vllm:gpu_cache_usage_perc": {"name": "vllm:kv_cache_usage_perc", "type": "gauge"},
     "vllm:gpu_prefix_cache_hits": {"name": "vllm:prefix_cache_hits_total", "type": "counter"},
@@ -134,6 +137,8 @@ DEPRECATED: Final[dict[str, dict[str, Any]]] = {
         "alias": "vllm:prefix_cache_hit_rate",
     },
     "vllm:time_per_output_token_seconds": {"name": "vllm:inter_token_latency_seconds", "type": "histogram"},
+    "vllm:time_in_queue_requests": {"name": "vllm:request_queue_time_seconds", "type": "histogram"},
+    "vllm:avg_prompt_throughput_toks_per_s": {"name": "vllm:prompt_tokens_total", "type": "counter", "stats": ["rate"]},
     "vllm:avg_generation_throughput_toks_per_s": {
         "name": "vllm:generation_tokens_total",
         "type": "counter",

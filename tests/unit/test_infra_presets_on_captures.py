@@ -18,7 +18,7 @@ from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig
 from otel_bridge.exporters.naming import infra_key
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.presets import PRESETS
+from otel_bridge.producers.presets import DEPRECATED, PRESETS
 from tests.unit.test_preset_on_captures import SwitchableEndpoint, parse, quantile
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -204,3 +204,16 @@ def test_a_preset_entry_keeps_its_own_by_labels_before_the_users() -> None:
     queries = {q.key_name: q for q in resolve_metrics([MetricConfig(preset="node", by=["instance", "mode"])])}
     assert queries["node_cpu_seconds_total"].by == ("mode", "instance")
     assert queries["node_load1"].by == ("instance", "mode")
+
+
+def test_deprecated_vllm_names_map_to_metrics_the_vllm_capture_has() -> None:
+    """Every replacement in the deprecated-name table is in the real vLLM 0.32 capture with its type; no old name is."""
+    captured = declared_types((FIXTURES / "vllm" / "metrics-after-requests.txt").read_text())
+    for old, new in DEPRECATED.items():
+        assert old not in captured, old
+        if "ratio" in new:
+            targets = [(new["ratio"]["numerator"], "counter"), (new["ratio"]["denominator"], "counter")]
+        else:
+            targets = [(new["name"], new["type"])]
+        for name, kind in targets:
+            assert captured.get(name) == kind, (old, name)

@@ -12,7 +12,7 @@ import yaml
 from otel_bridge.cli.output import error_line, format_rows, progress_bar, use_colour
 from tests.cli.support import REPO, run_cli, write_config
 
-COMMANDS = ("demo", "doctor", "discover", "query", "tail", "plot", "prometheus-config")
+COMMANDS = ("demo", "init", "doctor", "discover", "query", "tail", "plot", "prometheus-config")
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -193,6 +193,22 @@ def unescape_collector(node: Any) -> Any:
 #: client settings this config does not use.
 KUBERNETES_SD_FIELDS = {"role", "namespaces", "selectors", "attach_metadata", "api_server", "kubeconfig_file"}
 KUBERNETES_SD_ROLES = {"pod", "node", "service", "endpoints", "endpointslice", "ingress"}
+#: Prometheus 3's scrape protocols (the receiver embeds Prometheus 3; Debian's promtool 2.42 predates the field).
+SCRAPE_PROTOCOLS = {
+    "PrometheusProto",
+    "OpenMetricsText0.0.1",
+    "OpenMetricsText1.0.0",
+    "PrometheusText0.0.4",
+    "PrometheusText1.0.0",
+}
+
+
+def without_scrape_protocols(prometheus_config: dict[str, Any]) -> dict[str, Any]:
+    """The config without ``global.scrape_protocols``, after checking its values, for a promtool that lacks it."""
+    global_section = dict(prometheus_config.get("global", {}))
+    protocols = global_section.pop("scrape_protocols", [])
+    assert set(protocols) <= SCRAPE_PROTOCOLS, f"unknown scrape_protocols {set(protocols) - SCRAPE_PROTOCOLS}"
+    return {**prometheus_config, "global": global_section}
 
 
 def without_kubernetes_sd(prometheus_config: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +241,10 @@ def test_embedded_prometheus_config_passes_promtool(config: dict[str, Any], tmp_
     path = tmp_path / "prometheus-receiver.yml"
     path.write_text(yaml.safe_dump(prometheus_config, sort_keys=False), encoding="utf-8")
     result = subprocess.run([tool, "check", "config", str(path)], capture_output=True, text=True, check=False)
+    if result.returncode != 0 and "field scrape_protocols not found" in result.stderr:
+        prometheus_config = without_scrape_protocols(prometheus_config)
+        path.write_text(yaml.safe_dump(prometheus_config, sort_keys=False), encoding="utf-8")
+        result = subprocess.run([tool, "check", "config", str(path)], capture_output=True, text=True, check=False)
     if result.returncode != 0 and "field kubernetes_sd_configs not found" in result.stderr:
         path.write_text(yaml.safe_dump(without_kubernetes_sd(prometheus_config), sort_keys=False), encoding="utf-8")
         result = subprocess.run([tool, "check", "config", str(path)], capture_output=True, text=True, check=False)
@@ -242,9 +262,34 @@ def test_embedded_prometheus_config_passes_promtool(config: dict[str, Any], tmp_
 def test_promtool_catches_a_broken_embedded_config(config: dict[str, Any], tmp_path: Path) -> None:
     """The check above can fail: an invalid relabel regex in the same config is rejected."""
     tool = promtool()
-    broken = without_kubernetes_sd(unescape_collector(config["receivers"]["prometheus"]["config"]))
+    broken = without_kubernetes_sd(
+        without_scrape_protocols(unescape_collector(config["receivers"]["prometheus"]["config"]))
+    )
     broken["scrape_configs"][0]["relabel_configs"][0]["regex"] = "(unclosed"
     path = tmp_path / "broken.yml"
     path.write_text(yaml.safe_dump(broken, sort_keys=False), encoding="utf-8")
     result = subprocess.run([tool, "check", "config", str(path)], capture_output=True, text=True, check=False)
     assert result.returncode != 0, result.stdout
+
+
+def test_receiver_never_negotiates_openmetrics(config: dict[str, Any]) -> None:
+    """v0.136's receiver mishandles OpenMetrics counters' `_created` lines: only classic text is asked for."""
+    protocols = config["receivers"]["prometheus"]["config"]["global"]["scrape_protocols"]
+    assert protocols
+    assert all(p.startswith("PrometheusText") for p in protocols)
+
+
+def test_k8sattributes_tags_do_not_collide_with_relabelled_labels(config: dict[str, Any]) -> None:
+    """A resource attribute becomes a label with dots as `_` (resource_to_telemetry_conversion): none may equal a label
+    that relabel_configs already set, or different values would be merged as "a;b"."""
+    extract = config["processors"]["k8sattributes"]["extract"]
+    tags = [entry.get("tag_name", f"k8s.pod.labels.{entry['key']}") for entry in extract.get("labels", [])]
+    converted = {re.sub(r"[^a-zA-Z0-9_]", "_", tag) for tag in [*tags, *extract["metadata"]]}
+    relabelled = {
+        rule["target_label"]
+        for job in config["receivers"]["prometheus"]["config"]["scrape_configs"]
+        for rule in job.get("relabel_configs", [])
+        if "target_label" in rule and not rule["target_label"].startswith("__")
+    }
+    assert relabelled
+    assert not converted & relabelled

@@ -22,8 +22,14 @@ Designs, measured in the same run against the same Prometheus:
   fails at 1,024 replicas (over ``prometheus.max_series`` 100,000): the failure is recorded and the design is run
   again with raised limits (``max_series`` 10 M, ``max_response_bytes`` 2 GB).
 * **otel-bridge**: ``otel_bridge.producers.promql.PromQLProducer(client, resolve_metrics([preset: vllm]),
-  scrape_interval_s=15)``, ``start()`` then ``produce(window)``, whatever that module currently is; a design that
-  fails with the default limits is likewise re-run with raised limits.
+  scrape_interval_s=15, recording_rules="off")``, ``start()`` then ``produce(window)``, whatever that module
+  currently is: Prometheus sums every raw series at both boundaries; a design that fails with the default limits is
+  likewise re-run with raised limits.
+* **otel-bridge+rules**: the same with ``recording_rules="required"``: Prometheus runs otel-bridge's recording
+  rules for the preset (``otel-bridge prometheus-rules``, every 15 s); their history over the data set is backfilled
+  with ``promtool tsdb create-blocks-from rules`` (:func:`rule_history`, cached) and the group is loaded, so the
+  producer finds it at start-up. What the rules cost Prometheus instead is reported per N: one evaluation of the
+  whole group (``datasets[N].rules.evaluation_s``, every 15 s in a live Prometheus).
 
 Targets (at the largest N of the run; 1,024 in the full run): with the default limits, read without error, median
 wall <= 1 s, <= 2 requests in every step, and bytes that do not grow with replicas (decoded bytes at the largest N
@@ -36,6 +42,7 @@ keeps the generated blocks between runs); ``--table`` prints the Markdown table 
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import hashlib
 import http.client
@@ -261,24 +268,29 @@ class Backend:
 
 
 @contextmanager
-def prometheus_on(dataset: Dataset, workdir: Path) -> Iterator[Backend]:
-    """A real Prometheus whose data directory holds ``dataset``'s blocks (hard links), and the counting proxy."""
+def prometheus_on(dataset: Dataset, workdir: Path, rules: RuleHistory | None = None) -> Iterator[Backend]:
+    """A real Prometheus whose data directory holds ``dataset``'s blocks (hard links), and the counting proxy; with
+    ``rules``, also the rule group's backfilled history, and the group loaded (``/api/v1/rules`` lists it)."""
     from tests.helpers.prometheus_server import PrometheusServer
 
     if workdir.exists():
         shutil.rmtree(workdir)
     data = workdir / "data"
     data.mkdir(parents=True)
-    for block in dataset.blocks.iterdir():
+    sources = [dataset.blocks] + ([rules.blocks] if rules is not None else [])
+    for block in (b for source in sources for b in source.iterdir() if b.is_dir()):
         try:
             shutil.copytree(block, data / block.name, copy_function=os.link)
         except OSError:
             shutil.copytree(block, data / block.name, dirs_exist_ok=True)
     interval = f"{int(SCRAPE_INTERVAL_S)}s"
-    server = PrometheusServer(
-        workdir, config_override={"global": {"scrape_interval": interval, "evaluation_interval": interval},
-                                  "scrape_configs": []}
-    )  # fmt: skip
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [],
+    }
+    if rules is not None:
+        config["rule_files"] = [str(rules.file)]
+    server = PrometheusServer(workdir, config_override=config)
     t0 = time.perf_counter()
     try:
         server.start(timeout_s=120.0)
@@ -292,6 +304,62 @@ def prometheus_on(dataset: Dataset, workdir: Path) -> Iterator[Backend]:
     finally:
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@dataclass
+class RuleHistory:
+    """otel-bridge's rule file for the ``vllm`` preset and its evaluations over a data set, as TSDB blocks."""
+
+    file: Path
+    blocks: Path
+    info: dict[str, Any]
+
+
+def rule_history(dataset: Dataset, workdir: Path, promtool: str = "promtool") -> RuleHistory:
+    """The rule group evaluated every 15 s over ``dataset``'s whole history by ``promtool tsdb create-blocks-from
+    rules`` (against a Prometheus on the raw blocks), cached beside the data set's blocks.
+
+    Backfilled evaluations see every sample (none is still being stored), as a live evaluation does once its
+    samples' scrapes are done. Also measured: one evaluation of the whole group at a window's end (the work
+    Prometheus does every interval instead of at every step), as the sum of each rule's instant query.
+    """
+    from otel_bridge.producers.promql_rules import rules_document, rules_for
+    from otel_bridge.prometheus.config_gen import write_rule_file
+
+    home = dataset.blocks.parent / "rules"
+    manifest = home / "manifest.json"
+    if manifest.exists():
+        return RuleHistory(home / "otel-bridge.rules.yml", home / "blocks", json.loads(manifest.read_text()))
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    file = home / "otel-bridge.rules.yml"
+    write_rule_file(file, rules_document(_queries(), SCRAPE_INTERVAL_S))
+    layout = dataset.layout
+    start = math.floor(layout.first_sample)
+    end = math.ceil(layout.window(layout.windows)[1] + SCRAPE_INTERVAL_S)
+    with prometheus_on(dataset, workdir / "prometheus-rules-backfill") as backend:
+        session = requests.Session()
+        at = f"{layout.window(0)[1]:.3f}"
+        evaluation_s = 0.0
+        for rule in rules_for(_queries()):
+            t0 = time.perf_counter()
+            answer = session.post(f"{backend.url}/api/v1/query", data={"query": rule.expr, "time": at}, timeout=120)
+            answer.raise_for_status()
+            evaluation_s += time.perf_counter() - t0
+        cpu0, t0 = backend.server_cpu_s(), time.perf_counter()
+        done = subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "rules", "--start", str(start), "--end", str(end), "--url",
+             backend.url, "--eval-interval", f"{int(SCRAPE_INTERVAL_S)}s", "--output-dir", str(home / "blocks"),
+             str(file)],
+            capture_output=True, text=True, check=False, timeout=3600,
+        )  # fmt: skip
+        backfill_s, backfill_cpu_s = time.perf_counter() - t0, backend.server_cpu_s() - cpu0
+    if done.returncode != 0:
+        raise RuntimeError(f"promtool failed ({done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
+    info = {"evaluation_s": evaluation_s, "evaluations": (end - start) // int(SCRAPE_INTERVAL_S),
+            "backfill_s": backfill_s, "backfill_prometheus_cpu_s": backfill_cpu_s}  # fmt: skip
+    manifest.write_text(json.dumps(info))
+    return RuleHistory(file, home / "blocks", {**info, "cached": False})
 
 
 # --- the designs --------------------------------------------------------------------------------------------------
@@ -343,13 +411,16 @@ def baseline_design(url: str, limits: str) -> Design:
     return Design("baseline", limits, read, client.close)
 
 
-def bridge_design(url: str, limits: str) -> Design:
-    """``otel_bridge.producers.promql.PromQLProducer`` as it is in the working tree."""
+def bridge_design(url: str, limits: str, *, rules: bool = False) -> Design:
+    """``otel_bridge.producers.promql.PromQLProducer`` as it is in the working tree, reading raw series
+    (``recording_rules="off"``) or through otel-bridge's recording rules (``"required"``)."""
     from otel_bridge.producers.promql import PromQLProducer
     from otel_bridge.reader import STAT_ATTRIBUTE
 
     client = _client(url, limits)
-    producer = PromQLProducer(client, _queries(), scrape_interval_s=SCRAPE_INTERVAL_S)
+    producer = PromQLProducer(
+        client, _queries(), scrape_interval_s=SCRAPE_INTERVAL_S, recording_rules="required" if rules else "off"
+    )
     producer.start()
 
     def read(window: Any) -> dict[str, float]:
@@ -361,10 +432,14 @@ def bridge_design(url: str, limits: str) -> Design:
                 out[_key(metric.name, stat, attributes)] = float(getattr(point, "value", math.nan))
         return out
 
-    return Design("otel-bridge", limits, read, producer.close)
+    return Design("otel-bridge+rules" if rules else "otel-bridge", limits, read, producer.close)
 
 
-DESIGNS: dict[str, Callable[[str, str], Design]] = {"baseline": baseline_design, "otel-bridge": bridge_design}
+DESIGNS: dict[str, Callable[[str, str], Design]] = {
+    "baseline": baseline_design,
+    "otel-bridge": bridge_design,
+    "otel-bridge+rules": functools.partial(bridge_design, rules=True),
+}
 
 
 # --- measuring ----------------------------------------------------------------------------------------------------
@@ -536,7 +611,12 @@ def run(
         _log.info("promql-scale: %d replicas: history ready in %.1f s (%s)", n, time.perf_counter() - t0,
                   "cached" if dataset.info["cached"] else "generated")  # fmt: skip
         runs[str(n)] = {}
-        with prometheus_on(dataset, workdir / f"prometheus-{n}") as backend:
+        t0 = time.perf_counter()
+        history = rule_history(dataset, workdir)
+        datasets[str(n)]["rules"] = {**history.info, "wall_s": time.perf_counter() - t0}
+        _log.info("promql-scale: %d replicas: rule history ready in %.1f s; one evaluation of the group %.2f s",
+                  n, time.perf_counter() - t0, history.info["evaluation_s"])  # fmt: skip
+        with prometheus_on(dataset, workdir / f"prometheus-{n}", history) as backend:
             datasets[str(n)]["prometheus_startup_s"] = backend.startup_s
             for name, build in DESIGNS.items():
                 for limits in ("default", "raised"):
@@ -579,7 +659,7 @@ def run(
 def _plot(rows: list[dict[str, Any]]) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    styles = {"baseline": ("tab:grey", "s"), "otel-bridge": ("tab:blue", "o")}
+    styles = {"baseline": ("tab:grey", "s"), "otel-bridge": ("tab:blue", "o"), "otel-bridge+rules": ("tab:green", "^")}
     for design, (colour, marker) in styles.items():
         for limits, line in (("default", "-"), ("raised", ":")):
             mine = sorted((r for r in rows if r["design"] == design and r["limits"] == limits),

@@ -227,6 +227,7 @@ class Bridge:
                     scrape_interval_s=prom.scrape_interval_s,
                     boundary=prom.boundary,
                     boundary_max_targets=prom.boundary_max_targets,
+                    recording_rules=prom.recording_rules,
                     boundary_scraper=boundary_scraper,
                     refresh_interval_s=config.scrape.refresh_interval_s,
                     health=self.health,

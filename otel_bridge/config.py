@@ -146,6 +146,14 @@ class PrometheusConfig(_Model):
     boundary_max_targets: int = Field(
         64, ge=0, description="With boundary: auto, the most targets the bridge scrapes itself at each boundary."
     )
+    recording_rules: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description=(
+            "With boundary samples: read counters and histograms through otel-bridge's recording rules (written by "
+            "`otel-bridge prometheus-rules`) so a step's reading does not grow with replicas. 'auto': when "
+            "Prometheus runs them unchanged; 'required': a start-up error otherwise; 'off': always the raw series."
+        ),
+    )
     auth: AuthConfig = AuthConfig()
     tls: TLSConfig = TLSConfig()
 

@@ -1,6 +1,7 @@
 """The ``otel-bridge`` command line.
 
-``otel-bridge demo | init | doctor | discover | query | tail | plot | prometheus-config``, each with ``--help``.
+``otel-bridge demo | init | doctor | discover | query | tail | plot | prometheus-config | prometheus-rules``, each
+with ``--help``.
 Global flags: ``--verbose`` (debug logs, tracebacks) and ``--quiet`` (errors only). Errors print one actionable line
 on stderr and exit with status 2 (1 when a command ran and found problems, e.g. ``doctor``; 130 on Ctrl-C outside
 ``tail``).
@@ -22,6 +23,7 @@ from otel_bridge.cli.init import add_parser as add_init
 from otel_bridge.cli.output import error_line
 from otel_bridge.cli.plot import add_parser as add_plot
 from otel_bridge.cli.prometheus_config import add_parser as add_prometheus_config
+from otel_bridge.cli.prometheus_rules import add_parser as add_prometheus_rules
 from otel_bridge.cli.query import add_parser as add_query
 from otel_bridge.cli.tail import add_parser as add_tail
 from otel_bridge.errors import OtelBridgeError
@@ -42,7 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (add_demo, add_init, add_doctor, add_discover, add_query, add_tail, add_plot, add_prometheus_config):
+    for add in (
+        add_demo,
+        add_init,
+        add_doctor,
+        add_discover,
+        add_query,
+        add_tail,
+        add_plot,
+        add_prometheus_config,
+        add_prometheus_rules,
+    ):
         add(commands)
     for command in commands.choices.values():  # the global flags also work after the command
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)

@@ -48,6 +48,7 @@ from otel_bridge.producers.promql_plan import (
     WindowPlan,
     primary_names,
 )
+from otel_bridge.producers.promql_rules import RuleSet, counting, find_rules
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
@@ -57,6 +58,7 @@ from otel_bridge.window import MetricKind, StepWindow
 _log = logging.getLogger(__name__)
 
 BoundaryMode = Literal["auto", "scrape", "samples"]
+RulesMode = Literal["auto", "required", "off"]
 BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], ScrapeProducer]
 """Builds the scrape producer for boundary scrapes from target URLs and the queries it reads."""
 
@@ -76,6 +78,7 @@ class PromQLProducer:
         boundary: BoundaryMode = "samples",
         boundary_max_targets: int = 64,
         boundary_scraper: BoundaryScraper | None = None,
+        recording_rules: RulesMode = "auto",
         refresh_interval_s: float = 30.0,
         health: Health | None = None,
         warn_interval_s: float = 60.0,
@@ -93,6 +96,8 @@ class PromQLProducer:
         self._boundary: BoundaryMode = boundary
         self._max_targets = boundary_max_targets
         self._new_scraper = boundary_scraper
+        self._rules_mode: RulesMode = recording_rules
+        self._rules: RuleSet | None = None
         self._refresh_interval_s = refresh_interval_s
         self._scraper: ScrapeProducer | None = None
         self._watcher: TargetWatcher | None = None
@@ -110,6 +115,11 @@ class PromQLProducer:
     def boundary(self) -> BoundaryMode:
         """How windows are bounded: ``scrape`` or ``samples`` once started (``auto`` before)."""
         return self._boundary
+
+    @property
+    def rules(self) -> RuleSet | None:
+        """The bridge's recording rules Prometheus runs, when they serve any query (see :meth:`start`)."""
+        return self._rules
 
     @property
     def _pad_s(self) -> float:
@@ -159,6 +169,7 @@ class PromQLProducer:
             targets = self._serving_targets()
             self._learn_schedule(targets)
             self._choose_boundary(targets)
+            self._learn_rules()
             self._ready = True
             _log.info(
                 "Prometheus at %s is usable: %d configured metric(s), %d target(s) serving them every %.3gs, "
@@ -169,6 +180,14 @@ class PromQLProducer:
                 self._interval_s,
                 "the bridge's own boundary scrapes" if self._boundary == "scrape" else "Prometheus' samples",
             )
+            if self._rules is not None:
+                _log.info(
+                    "Prometheus runs otel-bridge's recording rules (every %.3gs) for %d of %d counter/histogram "
+                    "metric(s): each step reads their per-group sums",
+                    self._rules.interval_s,
+                    len(self._rules.records),
+                    len(self._counting_queries()),
+                )
 
     def _resolve_kind(self, query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) -> MetricQuery:
         if not query.needs_kind:
@@ -194,9 +213,7 @@ class PromQLProducer:
     # -- targets and how boundaries are observed -------------------------------------------------------------------
 
     def _counting_queries(self) -> list[int]:
-        return [
-            i for i, q in enumerate(self._queries) if q.promql is None and (q.kind != "gauge" or q.ratio is not None)
-        ]
+        return [i for i, q in enumerate(self._queries) if counting(q)]
 
     def _increase_queries(self) -> list[int]:
         return [] if self._scraper is not None else self._counting_queries()
@@ -270,6 +287,33 @@ class PromQLProducer:
         _log.info("boundaries observed by Prometheus' samples (prometheus.boundary: auto): %s", reason)
         self._boundary = "samples"
 
+    def _learn_rules(self) -> None:
+        """Whether Prometheus runs the bridge's recording rules (``prometheus.recording_rules``), and for which queries.
+
+        ``required`` makes missing or changed rules a start-up error; ``auto`` logs why they are not used.
+        """
+        if self._rules_mode == "off" or self._boundary != "samples" or not self._counting_queries():
+            return
+        ruleset, problems = find_rules(self._queries, self._client.rule_groups())
+        uncovered = [
+            self._queries[i].key_name for i in self._counting_queries() if ruleset is None or i not in ruleset.records
+        ]
+        if uncovered and self._rules_mode == "required":
+            raise ConfigError(
+                f"prometheus.recording_rules: required, but Prometheus does not run them for {', '.join(uncovered)} "
+                f"({problems}); add the file `otel-bridge prometheus-rules --config <your config>` writes to "
+                "Prometheus' rule_files and reload it, or set prometheus.recording_rules: auto"
+            )
+        if uncovered and ruleset is not None:
+            _log.info("recording rules not used for %s: %s", ", ".join(uncovered), problems)
+        elif ruleset is None and self._rules_mode == "auto":
+            _log.info(
+                "otel-bridge's recording rules are not loaded in Prometheus (%s): each step sums the raw series "
+                "(`otel-bridge prometheus-rules` writes the rules; they make a step's reading independent of replicas)",
+                problems,
+            )
+        self._rules = ruleset
+
     def _target_urls(self) -> list[str]:
         return sorted({str(t["scrapeUrl"]) for t in self._serving_targets() if t.get("scrapeUrl")})
 
@@ -302,7 +346,8 @@ class PromQLProducer:
             window,
             increase_queries=self._increase_queries(),
             pad_s=self._pad_s,
-            closing_s=self._interval_s + _CLOSING_SLACK_S if self._targets_known else 0.0,
+            closing_s=self._closing_s(),
+            rules=self._rules,
         )
         self._wait_until_stored(plan.close_at)
         metrics: list[Metric] = []
@@ -336,9 +381,17 @@ class PromQLProducer:
         keys = {m.name for m in scraped}
         return {i for i in self._counting_queries() if self._queries[i].key_name in keys}
 
+    def _closing_s(self) -> float:
+        """How far after a final window's end the sample (or rule evaluation) closing it may lie."""
+        if self._rules is not None:
+            # The first evaluation that has stored every target's first scrape after the end.
+            return self._interval_s + self._timeout_s + self._rules.interval_s + _CLOSING_SLACK_S
+        return self._interval_s + _CLOSING_SLACK_S if self._targets_known else 0.0
+
     def _wait_until_stored(self, t: float) -> None:
-        """Wait until every scrape that started at or before ``t`` is stored in Prometheus (its timeout later)."""
-        remaining = t + self._timeout_s + _STORED_SLACK_S - time.time()
+        """Wait until every scrape (and rule evaluation) that started at or before ``t`` is stored in Prometheus."""
+        delay = max(self._timeout_s, 2.0 * self._rules.evaluation_s if self._rules is not None else 0.0)
+        remaining = t + delay + _STORED_SLACK_S - time.time()
         if remaining > 0:
             self._closed.wait(remaining)
 
@@ -348,21 +401,23 @@ class PromQLProducer:
             return WindowAnswer()
         answer = plan.read(self._client.query(expression, time=plan.window.end))
         targets = {t for targets in answer.reread.values() for t in targets}
-        reread = plan.reread_expression(targets)
+        reread = plan.reread_expression(targets, answer)
         if reread is not None:
             raw = _raw_series(self._client.query(reread, time=plan.close_at))
             window = plan.window
-            closing = StepWindow(window.step, window.start, plan.close_at) if window.final else window
             for index, chosen in answer.reread.items():
                 query = self._queries[index]
                 names = query.series_names()
                 mine = [s for s in raw if _series_target(s) in chosen and s.name in names and query.matches(s.labels)]
                 summed: Increases = {}
                 for series in mine:
-                    share = plan.summed_share(series, query)
+                    share = plan.summed_share(index, series, answer)
                     if share is not None:
                         summed[share[0]] = summed.get(share[0], 0.0) - share[1]
-                exact = window_increases(query, [_closed_by(s, window) for s in mine], closing) or {}
+                closing = plan.exact_window(index, answer)
+                if index not in plan.ruled:
+                    mine = [_closed_by(s, window) for s in mine]
+                exact = window_increases(query, mine, closing) or {}
                 answer.increases[index] = merge_increases(answer.increases.get(index, {}), summed, exact)
         return answer
 

@@ -16,6 +16,11 @@ so the answer's size grows with the configured metrics and label groups, not wit
 - the largest distance between a boundary and the sample that stood for it (``timestamp(x @ t)``);
 - the targets whose scrapes failed during the window (Prometheus' own ``up``).
 
+With the bridge's recording rules loaded (:mod:`otel_bridge.producers.promql_rules`), the queries they serve read
+the rules' per-group sums at each boundary instead (the rule group's last evaluation at or before it, ``t_r``); the
+targets to re-read and the lag come from the rules' per-target series, and a re-read target's share is reproduced
+at the rule evaluations' times.
+
 The run's last window (:attr:`StepWindow.final`) is closed by the first sample after its end, ``closing_s`` later at
 the latest (for a counter between resets that is the smallest sample after the end: ``min_over_time``).
 
@@ -32,6 +37,7 @@ from typing import Literal
 
 from otel_bridge.producers.aggregate import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql_rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import QueryResult
 from otel_bridge.window import StepWindow
@@ -59,7 +65,7 @@ Target = tuple[str, str]
 class Part:
     """What one tagged part of the union answers."""
 
-    kind: Literal["stat", "promql", "end", "start", "reread", "lag", "down"]
+    kind: Literal["stat", "promql", "end", "start", "reread", "lag", "down", "rule_time", "rule_age", "rule_reread"]
     index: int = -1
     name: str = ""
     stat: str | None = None
@@ -75,6 +81,10 @@ class WindowAnswer:
     answered: set[int] = field(default_factory=set)
     lag_s: float | None = None
     failed_scrapes: dict[Target, float] = field(default_factory=dict)
+    rule_times: dict[str, float] = field(default_factory=dict)
+    """``{"start": t_rs, "end": t_re}``: the rule evaluations that stand for the boundaries (recording rules)."""
+    rule_ages: dict[str, float] = field(default_factory=dict)
+    rule_reread: set[Target] = field(default_factory=set)
 
 
 def primary_names(query: MetricQuery) -> tuple[str, ...]:
@@ -106,11 +116,14 @@ class WindowPlan:
         pad_s: float,
         closing_s: float,
         report_down: bool = True,
+        rules: RuleSet | None = None,
     ) -> None:
         self.window = window
         self.queries = list(queries)
         self.pad_s = pad_s
         self.increase_queries = [i for i in increase_queries if window.start is not None]
+        self.ruled = [i for i in self.increase_queries if rules is not None and i in rules.records]
+        self._records = dict(rules.records) if rules is not None else {}
         self.close_at = (
             window.end + closing_s if window.final and self.increase_queries and closing_s > 0 else window.end
         )
@@ -122,7 +135,12 @@ class WindowPlan:
             elif query.kind == "gauge" and query.ratio is None:
                 self._gauge(index, query)
         for index in self.increase_queries:
-            self._increase(index, self.queries[index])
+            if index in self.ruled:
+                self._rule_increase(index, self.queries[index])
+            else:
+                self._increase(index, self.queries[index])
+        if self.ruled:
+            self._rule_targets()
         if report_down and window.start is not None:
             w = promql.duration(max(window.end - window.start, 0.001))
             self._add("down", Part("down"), f"(count_over_time(up[{w}]) - sum_over_time(up[{w}])) > 0")
@@ -201,6 +219,32 @@ class WindowPlan:
         self._add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
         self._add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
 
+    def _rule_increase(self, index: int, query: MetricQuery) -> None:
+        histogram = query.kind == "histogram" and query.ratio is None
+        for position, (name, record) in enumerate(zip(query.series_names(), self._records[index], strict=True)):
+            by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+            boundaries: tuple[tuple[Literal["end", "start"], float | None], ...] = (
+                ("end", self.close_at),
+                ("start", self.window.start),
+            )
+            for kind, t in boundaries:
+                assert t is not None
+                expr = f"sum by ({by}) ({record} @ {_at(t)})"
+                self._add(f"{index}/{kind}/{position}", Part(kind, index, name=name), expr)
+
+    def _rule_targets(self) -> None:
+        start, end = self.window.start, self.close_at
+        assert start is not None
+        for which, t in (("start", start), ("end", end)):
+            self._add(f"rules/t/{which}", Part("rule_time", name=which), f"max(timestamp({PRESENT} @ {_at(t)}))")
+            self._add(f"rules/age/{which}", Part("rule_age", name=which), f"max({AGE} @ {_at(t)})")
+        # Over-flagging costs a replica's raw samples; missing a restart would cost exactness: the resets of the five
+        # minutes before the start count too (a re-read target's share reaches back that far).
+        resets = f"count_over_time({RESETS}[{promql.duration(end - start + LOOKBACK_S)}] @ {_at(end)})"
+        at_start, at_end = f"{PRESENT} @ {_at(start)}", f"{PRESENT} @ {_at(end)}"
+        flags = f"({at_end} unless {at_start}) or ({at_start} unless {at_end}) or {resets}"
+        self._add("rules/reread", Part("rule_reread"), f"group by ({TARGET_BY}) ({flags})")
+
     def read(self, result: QueryResult) -> WindowAnswer:
         """Sort the union's answer by part; series with a tag this plan did not issue are ignored."""
         answer = WindowAnswer()
@@ -210,9 +254,15 @@ class WindowPlan:
                 continue
             labels = {k: v for k, v in series.labels.items() if k not in (TAG_LABEL, "__name__")}
             value = series.samples[-1][1]
+            target = (labels.get("job", ""), labels.get("instance", ""))
             if part.kind == "down":
-                target = (labels.get("job", ""), labels.get("instance", ""))
                 answer.failed_scrapes[target] = value
+                continue
+            if part.kind in ("rule_time", "rule_age"):
+                (answer.rule_times if part.kind == "rule_time" else answer.rule_ages)[part.name] = value
+                continue
+            if part.kind == "rule_reread":
+                answer.rule_reread.add(target)
                 continue
             query = self.queries[part.index]
             answer.answered.add(part.index)
@@ -220,7 +270,7 @@ class WindowPlan:
                 if not math.isnan(value):
                     answer.lag_s = max(answer.lag_s or 0.0, value)
             elif part.kind == "reread":
-                answer.reread.setdefault(part.index, set()).add((labels.get("job", ""), labels.get("instance", "")))
+                answer.reread.setdefault(part.index, set()).add(target)
             elif part.kind in ("end", "start"):
                 group: Group = group_of(labels, query.by)
                 if "le" in labels and part.name == query.series_names()[0] and query.kind == "histogram":
@@ -233,23 +283,62 @@ class WindowPlan:
             elif not math.isnan(value):
                 group = tuple((b, labels[b]) for b in query.by if b in labels)
                 answer.points.setdefault(part.index, []).append(StatPoint(part.stat, group, value))
+        if self.ruled:
+            self._read_rule_targets(answer)
         return answer
 
-    def summed_share(self, series: RawSeries, query: MetricQuery) -> tuple[tuple[str, Group], float] | None:
-        """What ``series`` contributed to this plan's end sum minus its start sum, from its raw samples.
+    def _read_rule_targets(self, answer: WindowAnswer) -> None:
+        times = answer.rule_times
+        if "start" not in times or "end" not in times:
+            # No rule evaluation within Prometheus' lookback of a boundary (the rules just started, or stopped):
+            # the ruled queries' increases cannot be told from this window.
+            for index in self.ruled:
+                answer.increases.pop(index, None)
+                answer.answered.discard(index)
+            return
+        window = self.window
+        assert window.start is not None
+        for which, boundary in (("start", window.start), ("end", window.end)):
+            # The samples an evaluation at t summed lie in [t - age, t]: the farther end of that span from the boundary.
+            oldest = times[which] - max(answer.rule_ages.get(which, 0.0), 0.0)
+            lag = max(abs(times[which] - boundary), abs(oldest - boundary))
+            answer.lag_s = max(answer.lag_s or 0.0, lag)
+        if answer.rule_reread:
+            for index in self.ruled:
+                answer.reread.setdefault(index, set()).update(answer.rule_reread)
 
-        Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it):
-        the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest sample in
-        ``(end, close_at]`` when there is one), the start value the last sample in ``(start - pad, start]``.
+    def boundaries(self, index: int, answer: WindowAnswer) -> tuple[float, float]:
+        """The times that stand for query ``index``'s window boundaries: the rule evaluations, or the window's own."""
+        assert self.window.start is not None
+        if index in self.ruled:
+            return answer.rule_times["start"], answer.rule_times["end"]
+        return self.window.start, self.close_at
+
+    def summed_share(
+        self, index: int, series: RawSeries, answer: WindowAnswer
+    ) -> tuple[tuple[str, Group], float] | None:
+        """What ``series`` contributed to query ``index``'s end sum minus its start sum, from its raw samples.
+
+        Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it).
+        From raw samples: the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest
+        sample in ``(end, close_at]`` when there is one), the start value the last sample in ``(start - pad, start]``.
+        From the recording rules: the last sample in the five minutes up to each boundary's rule evaluation.
         """
         window = self.window
         assert window.start is not None
+        query = self.queries[index]
         group: Group = group_of(series.labels, query.by)
         if query.kind == "histogram" and query.ratio is None and series.name == query.series_names()[0]:
             le = series.labels.get("le")
             if le is None:
                 return None
             group = (*group, ("le", le))
+        if index in self.ruled:
+            t_start, t_end = self.boundaries(index, answer)
+            base, end = _last_within(series, t_start, LOOKBACK_S), _last_within(series, t_end, LOOKBACK_S)
+            if base is None and end is None:
+                return None
+            return (series.name, group), (end or 0.0) - (base or 0.0)
         low = window.start - self.pad_s
         end_values = [v for t, v in series.samples if low < t <= window.end]
         after = [v for t, v in series.samples if window.end < t <= self.close_at]
@@ -259,14 +348,31 @@ class WindowPlan:
             return None
         return (series.name, group), end - (start_values[-1] if start_values else 0.0)
 
-    def reread_expression(self, targets: set[Target]) -> str | None:
+    def exact_window(self, index: int, answer: WindowAnswer) -> StepWindow:
+        """The window whose exact increase replaces a re-read target's share for query ``index``."""
+        window = self.window
+        if index in self.ruled:
+            start, end = self.boundaries(index, answer)
+            return StepWindow(window.step, start, end)
+        return StepWindow(window.step, window.start, self.close_at) if window.final else window
+
+    def reread_expression(self, targets: set[Target], answer: WindowAnswer) -> str | None:
         """The range-selector query returning the raw samples of ``targets`` (evaluate at :attr:`close_at`)."""
         window = self.window
         if not targets or window.start is None:
             return None
         names = sorted({name for i in self.increase_queries for name in self.queries[i].series_names()})
         instances = sorted({instance for _, instance in targets})
-        span = promql.duration(self.close_at - window.start + max(self.pad_s, REREAD_LOOKBACK_S))
+        low = window.start - max(self.pad_s, REREAD_LOOKBACK_S)
+        if self.ruled and "start" in answer.rule_times:
+            low = min(low, answer.rule_times["start"] - LOOKBACK_S)
+        span = promql.duration(self.close_at - low)
         return (
             f"{{__name__=~{promql.regex_alternation(names)}, instance=~{promql.value_alternation(instances)}}}[{span}]"
         )
+
+
+def _last_within(series: RawSeries, t: float, lookback_s: float) -> float | None:
+    # In whole milliseconds, as Prometheus compares them: (t - lookback, t].
+    values = [v for ts, v in series.samples if 0 <= round((t - ts) * 1000) < round(lookback_s * 1000)]
+    return values[-1] if values else None

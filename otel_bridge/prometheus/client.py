@@ -376,6 +376,15 @@ class PrometheusClient:
             raise _shape_error(url, "targets 'data.activeTargets' is not a list of objects")
         return cast(list[dict[str, Any]], active)
 
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The loaded recording-rule groups (``/api/v1/rules?type=record``): name, file, interval, rules, ..."""
+        url = self.url + "/api/v1/rules"
+        data, _ = self._call("/api/v1/rules", [("type", "record")])
+        groups = data.get("groups") if isinstance(data, dict) else None
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise _shape_error(url, "rules 'data.groups' is not a list of objects")
+        return cast(list[dict[str, Any]], groups)
+
     def close(self) -> None:
         """Close the pooled connections. Further calls raise :class:`PrometheusError`."""
         self._closed = True

@@ -23,11 +23,13 @@ from tests.deploy.support import (
 
 RULE_FILES = sorted(p for p in RULES_DIR.glob("*.yml") if not p.name.endswith(".test.yml"))
 RULE_TESTS = sorted(RULES_DIR.glob("*.test.yml"))
+BRIDGE_RULES = RULES_DIR / "otel-bridge.rules.yml"  # generated, tested below against its generator's meaning
+HANDWRITTEN = [p for p in RULE_FILES if p != BRIDGE_RULES]
 
 
 def test_rule_files_exist_and_each_has_unit_tests() -> None:
-    assert [p.name for p in RULE_FILES] == ["vllm.rules.yml"]
-    for rules in RULE_FILES:
+    assert [p.name for p in RULE_FILES] == ["otel-bridge.rules.yml", "vllm.rules.yml"]
+    for rules in HANDWRITTEN:
         test_file = rules.with_name(rules.name.removesuffix(".yml") + ".test.yml")
         assert test_file in RULE_TESTS, f"{rules.name} has no {test_file.name}"
 
@@ -35,7 +37,7 @@ def test_rule_files_exist_and_each_has_unit_tests() -> None:
 def test_prometheus_yml_passes_promtool() -> None:
     output = run_tool([promtool(), "check", "config", str(PROMETHEUS_CONFIG)])
     # The rule files are found relative to the config file, and checked too.
-    assert "SUCCESS: 1 rule files found" in output, output
+    assert "SUCCESS: 2 rule files found" in output, output
     config = load_yaml(PROMETHEUS_CONFIG)
     assert {job["job_name"] for job in config["scrape_configs"]} == {"ray", "rollout", "trainer"}
     (ray,) = (job for job in config["scrape_configs"] if job["job_name"] == "ray")
@@ -71,7 +73,7 @@ def test_rules_unit_tests_pass(tests: Path) -> None:
 
 
 def test_every_recording_rule_is_unit_tested_and_named_by_convention() -> None:
-    recorded = [rule["record"] for path in RULE_FILES for g in load_yaml(path)["groups"] for rule in g["rules"]]
+    recorded = [rule["record"] for path in HANDWRITTEN for g in load_yaml(path)["groups"] for rule in g["rules"]]
     tested = {
         case["expr"].split("{", 1)[0]
         for path in RULE_TESTS
@@ -86,7 +88,7 @@ def test_every_recording_rule_is_unit_tested_and_named_by_convention() -> None:
 
 def test_rules_cover_the_vllm_preset() -> None:
     """Every metric of otel-bridge's vllm preset has a recording rule, so dashboards show what the tracker shows."""
-    exprs = " ".join(rule["expr"] for path in RULE_FILES for g in load_yaml(path)["groups"] for rule in g["rules"])
+    exprs = " ".join(rule["expr"] for path in HANDWRITTEN for g in load_yaml(path)["groups"] for rule in g["rules"])
     for entry in VLLM:
         if "ratio" in entry:
             names = [entry["ratio"]["numerator"], entry["ratio"]["denominator"]]
@@ -96,3 +98,57 @@ def test_rules_cover_the_vllm_preset() -> None:
             names = [entry["name"]]
         for name in names:
             assert re.search(rf"\b{re.escape(name)}\b", exprs), f"no recording rule reads {name}"
+
+
+# -- otel-bridge's own rules (prometheus.recording_rules) --------------------------------------------------------------
+
+
+def test_bridge_rules_are_what_the_generator_writes_for_the_vllm_preset(tmp_path: Path) -> None:
+    """The shipped file is `otel-bridge prometheus-rules` for the defaults (the vllm preset, 15 s), byte for byte."""
+    from otel_bridge.cli import main
+
+    out = tmp_path / "otel-bridge.rules.yml"
+    assert main(["--quiet", "prometheus-rules", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == BRIDGE_RULES.read_text(encoding="utf-8"), (
+        "collector/rules/otel-bridge.rules.yml is stale: regenerate it with "
+        "`otel-bridge prometheus-rules collector/rules/otel-bridge.rules.yml`"
+    )
+
+
+def test_bridge_rules_sum_last_samples_and_flag_restarted_targets(tmp_path: Path) -> None:
+    """promtool evaluates the shipped rules over two replicas (b restarts at 2m45s) and finds, at 4m: each counting
+    series' last samples summed, b flagged by the resets rule, both present, and the age of the oldest last sample."""
+    from otel_bridge.config import MetricConfig
+    from otel_bridge.producers.metric_set import resolve_metrics
+    from otel_bridge.producers.promql_rules import AGE, PRESENT, RESETS, counting, sum_rule
+
+    queries = [q for q in resolve_metrics([MetricConfig(preset="vllm")]) if counting(q)]
+    series, cases = [], []
+    for query in queries:
+        for position, name in enumerate(query.series_names()):
+            le = ',le="+Inf"' if name.endswith("_bucket") else ""
+            a, b = f'{{instance="a:8000",job="rollout"{le}}}', f'{{instance="b:8000",job="rollout"{le}}}'
+            series.append({"series": name + a, "values": "0+10x20"})  # 160 at 4m
+            series.append({"series": name + b, "values": "0+5x10 0+1x10"})  # restarted: 5 at 4m
+            labels = {"le": "+Inf"} if le else {}
+            cases.append({"expr": sum_rule(query, position).record, "eval_time": "4m",
+                          "exp_samples": [{"labels": _labels(sum_rule(query, position).record, labels),
+                                           "value": 165}]})  # fmt: skip
+    b_target = {"instance": "b:8000", "job": "rollout"}
+    resets = [{"labels": _labels(RESETS, b_target), "value": 1}]
+    cases.append({"expr": RESETS, "eval_time": "4m", "exp_samples": resets})
+    targets = ("a:8000", "b:8000")
+    present = [{"labels": _labels(PRESENT, {"instance": t, "job": "rollout"}), "value": 1} for t in targets]
+    cases.append({"expr": PRESENT, "eval_time": "4m", "exp_samples": present})
+    cases.append({"expr": AGE, "eval_time": "4m", "exp_samples": [{"labels": AGE, "value": 0}]})
+    (tmp_path / BRIDGE_RULES.name).write_text(BRIDGE_RULES.read_text(encoding="utf-8"), encoding="utf-8")
+    test = {"rule_files": [BRIDGE_RULES.name], "evaluation_interval": "15s",
+            "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}  # fmt: skip
+    (tmp_path / "bridge.test.yml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    output = run_tool([promtool(), "test", "rules", "bridge.test.yml"], cwd=tmp_path)
+    assert "SUCCESS" in output, output
+
+
+def _labels(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}" if inner else name

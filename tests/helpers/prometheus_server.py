@@ -34,7 +34,10 @@ def prometheus_binary() -> str:
 
 
 class PrometheusServer:
-    """``prometheus`` scraping ``targets`` (``host:port``) every ``scrape_interval_s`` seconds, on 127.0.0.1."""
+    """``prometheus`` scraping ``targets`` (``host:port``) every ``scrape_interval_s`` seconds, on 127.0.0.1.
+
+    ``rules`` is a rule file's content (``groups: [...]``), loaded from ``rules.yml`` beside the config.
+    """
 
     def __init__(
         self,
@@ -45,6 +48,7 @@ class PrometheusServer:
         extra_scrape_configs: Sequence[dict[str, Any]] = (),
         port: int | None = None,
         config_override: dict[str, Any] | None = None,
+        rules: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
         self.port = port or free_port()
@@ -53,6 +57,7 @@ class PrometheusServer:
         self.scrape_interval_s = scrape_interval_s
         self.extra_scrape_configs = list(extra_scrape_configs)
         self.config_override = config_override
+        self.rules = rules
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "prometheus.log"
 
@@ -67,16 +72,21 @@ class PrometheusServer:
                 {"job_name": "rollout", "static_configs": [{"targets": self.targets}], "scrape_timeout": interval}
             )
         scrape_configs.extend(self.extra_scrape_configs)
-        return {
+        config: dict[str, Any] = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "scrape_configs": scrape_configs,
         }
+        if self.rules is not None:
+            config["rule_files"] = ["rules.yml"]
+        return config
 
     def start(self, timeout_s: float = 30.0) -> PrometheusServer:
         """Start the server and wait until it is ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(self.config()), encoding="utf-8")
+        if self.rules is not None:
+            (self.workdir / "rules.yml").write_text(yaml.safe_dump(self.rules, sort_keys=False), encoding="utf-8")
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [

@@ -6,8 +6,12 @@ case runs three bridges side by side on the same traffic and steps:
 
 - ``auto``: the PromQL path with the default ``prometheus.boundary: auto`` (two targets that answer: the bridge
   scrapes them itself at each boundary, so every window is bounded by what the servers said at its boundaries);
-- ``samples``: the PromQL path with ``prometheus.boundary: samples`` (Prometheus' own samples bound the windows,
-  off by ``otel_bridge/boundary_lag_s`` at most; the last step is closed by the first samples after its end);
+- ``samples``: the PromQL path with ``prometheus.boundary: samples`` and ``recording_rules: off`` (Prometheus' own
+  samples bound the windows, off by ``otel_bridge/boundary_lag_s`` at most; the last step is closed by the first
+  samples after its end);
+- ``rules``: the same with ``recording_rules: required``: Prometheus runs otel-bridge's recording rules (the file
+  ``otel-bridge prometheus-rules`` writes for these metrics, evaluated every scrape interval) and each boundary is
+  represented by the rules' last evaluation at or before it (off by up to one more interval, also reported);
 - ``scrape``: the scrape path (``scrape.targets``, in-step samples every 0.25 s), the reference.
 
 Cases:
@@ -30,9 +34,9 @@ Tolerances, all computed from the traffic log (no timing asserts):
   <= delta <= truth + (what completed in that band after the end)``. The sum over steps is exact: for contiguous
   steps interior boundaries cancel and the outer ones are quiet; in the gap case every boundary is made quiet
   (``Traffic.quiet``) from just before it until ``BAND_S`` after it (traffic still runs through most of every gap).
-- ``samples``: ``|delta - truth| <=`` what completed within ``lag + BAND_S`` of either boundary, ``lag`` being the
-  record's ``otel_bridge/boundary_lag_s`` (``BAND_S`` covers a sample's timestamp being taken just before the server
-  renders it). The sum over contiguous steps is exact.
+- ``samples`` and ``rules``: ``|delta - truth| <=`` what completed within ``lag + BAND_S`` of either boundary,
+  ``lag`` being the record's ``otel_bridge/boundary_lag_s`` (``BAND_S`` covers a sample's timestamp being taken just
+  before the server renders it). The sum over contiguous steps is exact.
 - Counts a process makes and nobody reads before it restarts are lost to every observer, so ``Traffic.restart``
   keeps the replica quiet for longer than the scrape interval before restarting it; it restarts well after its
   counters passed what the new process reaches before its next sample, so the reset is visible.
@@ -51,7 +55,10 @@ from typing import Any
 import pytest
 
 from otel_bridge import Bridge
+from otel_bridge.config import MetricConfig
 from otel_bridge.exporters.record import StepRecord
+from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers.promql_rules import rules_document
 from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
@@ -64,7 +71,8 @@ pytestmark = pytest.mark.integration
 BAND_S = 0.15
 SAMPLE_INTERVAL_S = 0.25  # the scrape path's in-step samples
 LAST_PHASE = 0.75  # the contiguous case's last step ends this much of an interval after a Prometheus scrape
-PATHS = ("auto", "samples", "scrape")
+PATHS = ("auto", "samples", "rules", "scrape")
+LAGGING = ("samples", "rules")
 CASES = ("contiguous", "short_steps", "gaps", "restart")
 
 METRICS: list[dict[str, Any]] = [
@@ -108,7 +116,10 @@ def environment(workdir: Path, interval_s: float) -> Iterator[tuple[list[Replica
     try:
         for _ in range(2):
             replicas.append(Replica())
-        server = PrometheusServer(workdir / "prometheus", [r.hostport for r in replicas], scrape_interval_s=interval_s)
+        rules = rules_document(resolve_metrics([MetricConfig.model_validate(m) for m in METRICS]), interval_s)
+        server = PrometheusServer(
+            workdir / "prometheus", [r.hostport for r in replicas], scrape_interval_s=interval_s, rules=rules
+        )
         server.start()
         server.wait_for_samples("vllm:generation_tokens_total", count=2)
         yield replicas, server
@@ -127,8 +138,9 @@ def bridge_config(
         config["scrape"] = {"targets": [r.url for r in replicas], "sample_interval_s": SAMPLE_INTERVAL_S}
     else:
         config["prometheus"] = {"url": prometheus.url, "scrape_interval_s": prometheus.scrape_interval_s}
-        if path == "samples":
+        if path in LAGGING:
             config["prometheus"]["boundary"] = "samples"
+            config["prometheus"]["recording_rules"] = "required" if path == "rules" else "off"
     return config
 
 
@@ -397,13 +409,15 @@ def sum_errors(outcome: Outcome, path: str) -> list[str]:
 
 
 def lag_errors(outcome: Outcome, path: str) -> list[str]:
+    """The lag is reported and bounded: one scrape interval (plus one rule interval through the rules) and 1 s."""
     errors = []
+    intervals = 2 if path == "rules" else 1
     for record in outcome.records[path]:
         lag = record.values.get(LAG_KEY)
         if lag is None:
             errors.append(f"step {record.step} : no {LAG_KEY} in the record")
-        elif not 0.0 <= lag <= outcome.interval_s + 1.0:
-            errors.append(f"step {record.step} : {LAG_KEY} = {lag} outside [0, scrape interval + 1 s]")
+        elif not 0.0 <= lag <= intervals * outcome.interval_s + 1.0:
+            errors.append(f"step {record.step} : {LAG_KEY} = {lag} outside [0, {intervals} interval(s) + 1 s]")
     return errors
 
 
@@ -438,15 +452,17 @@ def test_scrape_path_steps_match_the_truth(case: str, request: pytest.FixtureReq
 # -- boundary: samples: off by at most what completed within the reported lag of a boundary; sums exact ----------------
 
 
+@pytest.mark.parametrize("path", LAGGING)
 @pytest.mark.parametrize("case", CASES)
-def test_samples_boundary_is_within_the_reported_lag(case: str, request: pytest.FixtureRequest) -> None:
+def test_samples_boundary_is_within_the_reported_lag(case: str, path: str, request: pytest.FixtureRequest) -> None:
+    """Raw samples and the recording rules alike: each step within its reported lag, contiguous sums exact."""
     outcome: Outcome = request.getfixturevalue(case)
-    errors = lag_errors(outcome, "samples")
+    errors = lag_errors(outcome, path)
     if not errors:
-        errors += step_errors(outcome, "samples", lag_slack)
+        errors += step_errors(outcome, path, lag_slack)
     if outcome.contiguous:
-        errors += sum_errors(outcome, "samples")
-    assert not errors, report(outcome, "samples", errors)
+        errors += sum_errors(outcome, path)
+    assert not errors, report(outcome, path, errors)
 
 
 # -- (e) the last step: traffic until its end, counted in it -----------------------------------------------------------
@@ -461,9 +477,9 @@ def test_last_step_counts_the_traffic_until_its_end(path: str, contiguous: Outco
     after_last_sample = contiguous.traffic.truth(last_sample, end)
     assert after_last_sample.requests > 0, "the case put no traffic between Prometheus' last sample and the end"
     mine = f"step {last.step} "
-    errors = [e for e in lag_errors(contiguous, path) if e.startswith(mine)] if path == "samples" else []
+    errors = [e for e in lag_errors(contiguous, path) if e.startswith(mine)] if path in LAGGING else []
     if not errors:
-        slack = lag_slack if path == "samples" else boundary_slack
+        slack = lag_slack if path in LAGGING else boundary_slack
         errors += [e for e in step_errors(contiguous, path, slack) if e.startswith(mine)]
     errors += sum_errors(contiguous, path)
     assert not errors, report(contiguous, path, errors) + f"\n  last step truth: {truth}"

@@ -7,7 +7,7 @@ import pytest
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.aggregate import RawSeries
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql_plan import TAG_LABEL, WindowPlan
+from otel_bridge.producers.promql_plan import TAG_LABEL, WindowAnswer, WindowPlan
 from otel_bridge.prometheus.client import PromSeries, QueryResult
 from otel_bridge.prometheus.promql import parse_duration, value_alternation
 from otel_bridge.window import StepWindow
@@ -49,7 +49,7 @@ def test_the_last_window_is_closed_by_the_first_sample_after_its_end() -> None:
     assert expr is not None
     assert final.close_at == 1011.5
     assert "min_over_time(vllm:generation_tokens_total[1500ms] @ 1011.500)" in expr
-    reread = final.reread_expression({("rollout", "127.0.0.1:8000")})
+    reread = final.reread_expression({("rollout", "127.0.0.1:8000")}, WindowAnswer())
     assert reread == (
         '{__name__=~"vllm:generation_tokens_total|vllm:ttft_seconds_bucket|vllm:ttft_seconds_count|'
         'vllm:ttft_seconds_sum", instance=~"127\\\\.0\\\\.0\\\\.1:8000"}[311500ms]'
@@ -121,8 +121,8 @@ def test_a_reread_series_share_of_the_sums_mirrors_the_parts() -> None:
     sample in (start - pad, start]; for a final window the smallest sample in (end, close_at] closes it."""
     samples = [(997.0, 10.0), (999.0, 12.0), (1004.0, 2.0), (1009.0, 5.0), (1010.5, 6.0), (1011.0, 7.0)]
     raw = RawSeries("vllm:generation_tokens_total", {"instance": "a"}, samples)
-    assert plan().summed_share(raw, COUNTER) == (("vllm:generation_tokens_total", ()), 5.0 - 12.0)
+    assert plan().summed_share(1, raw, WindowAnswer()) == (("vllm:generation_tokens_total", ()), 5.0 - 12.0)
     final = plan(StepWindow(step=3, start=1000.0, end=1010.0, final=True))
-    assert final.summed_share(raw, COUNTER) == (("vllm:generation_tokens_total", ()), 6.0 - 12.0)
+    assert final.summed_share(1, raw, WindowAnswer()) == (("vllm:generation_tokens_total", ()), 6.0 - 12.0)
     late = RawSeries("vllm:generation_tokens_total", {"instance": "b"}, [(1005.0, 3.0), (1009.0, 4.0)])
-    assert plan().summed_share(late, COUNTER) == (("vllm:generation_tokens_total", ()), 4.0)
+    assert plan().summed_share(1, late, WindowAnswer()) == (("vllm:generation_tokens_total", ()), 4.0)

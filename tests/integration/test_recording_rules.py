@@ -1,0 +1,83 @@
+"""otel-bridge's recording rules in a real Prometheus: the shipped file is recognised as it is printed back, a
+changed or missing group is named, ``required`` refuses to start without it. (What the rules read is checked against
+the traffic's truth in test_boundary_truth.py, the ``rules`` path.)"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from otel_bridge import Bridge
+from otel_bridge.config import MetricConfig, PrometheusConfig
+from otel_bridge.errors import ConfigError
+from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers.promql import PromQLProducer
+from otel_bridge.producers.promql_rules import counting, find_rules
+from otel_bridge.prometheus.connect import connect
+from tests.conftest import Replica
+from tests.deploy.support import RULES_DIR
+from tests.helpers.prometheus_server import PrometheusServer
+
+pytestmark = pytest.mark.integration
+
+SHIPPED = RULES_DIR / "otel-bridge.rules.yml"
+
+
+def shipped_rules() -> dict[str, Any]:
+    rules: dict[str, Any] = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    return rules
+
+
+def test_prometheus_runs_the_shipped_rules_as_the_bridge_expects_them(tmp_path: Path, replicas: list[Replica]) -> None:
+    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], rules=shipped_rules()) as prometheus:
+        prometheus.wait_for_samples("vllm:generation_tokens_total")
+        client = connect(PrometheusConfig(url=prometheus.url))
+        try:
+            groups = client.rule_groups()
+        finally:
+            client.close()
+    queries = resolve_metrics([MetricConfig(preset="vllm")])
+    ruleset, problems = find_rules(queries, groups)
+    assert problems == ""
+    assert ruleset is not None
+    assert sorted(ruleset.records) == [i for i, q in enumerate(queries) if counting(q)]
+    assert ruleset.interval_s == 15.0
+
+
+def test_a_changed_rule_is_named_and_its_metric_read_raw(
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    rules = shipped_rules()
+    changed = rules["groups"][0]["rules"][0]
+    changed["expr"] = changed["expr"].replace("[5m]", "[10m]")
+    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], rules=rules) as prometheus:
+        prometheus.wait_for_samples("vllm:generation_tokens_total")
+        producer = PromQLProducer(
+            connect(PrometheusConfig(url=prometheus.url)), resolve_metrics([MetricConfig(preset="vllm")])
+        )
+        with caplog.at_level(logging.INFO, logger="otel_bridge"):
+            producer.start()
+        producer.close()
+    assert producer.rules is not None
+    assert 0 not in producer.rules.records  # vllm:generation_tokens_total, the changed rule's metric
+    assert changed["record"] in caplog.text
+
+
+def test_required_rules_missing_is_a_start_up_error_naming_the_key(tmp_path: Path, replicas: list[Replica]) -> None:
+    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas]) as prometheus:
+        prometheus.wait_for_samples("vllm:generation_tokens_total")
+        config = {
+            "prometheus": {"url": prometheus.url, "boundary": "samples", "recording_rules": "required"},
+            "metrics": [{"preset": "vllm"}],
+            "run": {"dir": str(tmp_path / "runs")},
+        }
+        with pytest.raises(ConfigError) as error:
+            Bridge.from_config(config)
+    message = str(error.value)
+    assert "prometheus.recording_rules" in message
+    assert "otel-bridge prometheus-rules" in message
+    assert not list((tmp_path / "runs").glob("*/*")), "a failed start-up left a run behind"

@@ -1,0 +1,187 @@
+"""The bridge's recording rules: what they record, how the bridge recognises them, the window plan reading them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_bridge.config import MetricConfig
+from otel_bridge.producers.aggregate import RawSeries
+from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
+from otel_bridge.producers.promql_plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql_rules import (
+    AGE,
+    GROUP,
+    PRESENT,
+    RESETS,
+    RuleSet,
+    find_rules,
+    rules_document,
+    rules_for,
+)
+from otel_bridge.prometheus.client import PromSeries, QueryResult
+from otel_bridge.window import StepWindow
+
+GAUGE = MetricQuery(key_name="running", name="vllm:num_requests_running", kind="gauge", stats=("max",))
+COUNTER = MetricQuery(
+    key_name="tokens", name="vllm:generation_tokens_total", kind="counter", stats=("delta",), by=("model_name",)
+)
+HIST = MetricQuery(key_name="ttft", name="vllm:ttft_seconds", kind="histogram", stats=("count", "p50"))
+FILTERED = MetricQuery(
+    key_name="stops", name="vllm:request_success_total", kind="counter", matchers=(("finished_reason", "stop"),)
+)
+QUERIES = [GAUGE, COUNTER, HIST, FILTERED]
+WINDOW = StepWindow(step=3, start=1000.0, end=1010.0)
+
+
+def loaded(queries: list[MetricQuery], *, interval: float = 15.0, **changes: str) -> list[dict[str, Any]]:
+    """Prometheus' /api/v1/rules groups for the rules the bridge writes, with some expressions changed."""
+    rules = [
+        {"name": r.record, "query": changes.get(r.record, r.expr), "health": "ok", "type": "recording"}
+        for r in rules_for(queries)
+    ]
+    return [{"name": GROUP, "file": "rules.yml", "interval": interval, "evaluationTime": 0.02, "rules": rules}]
+
+
+def test_one_sum_per_counting_sample_name_and_three_per_target_rules() -> None:
+    rules = {r.record: r.expr for r in rules_for(QUERIES)}
+    assert rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"] == (
+        "sum by (model_name) (last_over_time(vllm:generation_tokens_total[5m]))"
+    )
+    assert rules["otel_bridge:vllm:ttft_seconds_bucket:last5m_sum"] == (
+        "sum by (le) (last_over_time(vllm:ttft_seconds_bucket[5m]))"
+    )
+    assert rules["otel_bridge:vllm:ttft_seconds_count:last5m_sum"] == (
+        "sum(last_over_time(vllm:ttft_seconds_count[5m]))"
+    )
+    filtered = [r for r in rules if r.startswith("otel_bridge:vllm:request_success_total:last5m_sum_")]
+    assert len(filtered) == 1
+    assert 'finished_reason="stop"' in rules[filtered[0]]
+    assert not any("num_requests_running" in r for r in rules)  # gauges are read as they are
+    assert rules[PRESENT].count("group by (job, instance) (last_over_time(") == 3  # counter, _count, filtered counter
+    assert "resets(vllm:ttft_seconds_count[5m]) > 0" in rules[RESETS]
+    assert rules[AGE].startswith("max(max by (job, instance) (time() - timestamp(")
+    assert len(rules) == 1 + 3 + 1 + 3
+    document = rules_document(QUERIES, 15.0)
+    assert document["groups"][0]["name"] == GROUP
+    assert document["groups"][0]["interval"] == "15s"
+
+
+def test_rules_run_unchanged_serve_every_counting_query() -> None:
+    ruleset, problems = find_rules(QUERIES, loaded(QUERIES))
+    assert ruleset is not None
+    assert problems == ""
+    assert sorted(ruleset.records) == [1, 2, 3]
+    assert ruleset.records[2] == (
+        "otel_bridge:vllm:ttft_seconds_bucket:last5m_sum",
+        "otel_bridge:vllm:ttft_seconds_sum:last5m_sum",
+        "otel_bridge:vllm:ttft_seconds_count:last5m_sum",
+    )
+    assert (ruleset.interval_s, ruleset.evaluation_s) == (15.0, 0.02)
+    # Prometheus prints expressions its own way (spacing): only a different meaning makes a rule unusable.
+    spaced = {r.record: r.expr.replace(", ", ",").replace("(", " ( ") for r in rules_for(QUERIES)}
+    assert find_rules(QUERIES, loaded(QUERIES, **spaced))[0] == ruleset
+
+
+def test_changed_or_missing_rules_are_named_and_their_queries_read_raw() -> None:
+    record = "otel_bridge:vllm:ttft_seconds_sum:last5m_sum"
+    ruleset, problems = find_rules(QUERIES, loaded(QUERIES, **{record: "sum(vllm:ttft_seconds_sum)"}))
+    assert ruleset is not None
+    assert sorted(ruleset.records) == [1, 3]
+    assert record in problems
+    assert find_rules(QUERIES, []) == (None, f"Prometheus has no rule group {GROUP!r}")
+    ruleset, problems = find_rules(QUERIES, loaded(QUERIES, **{PRESENT: "up"}))
+    assert ruleset is None
+    assert PRESENT in problems
+    fewer = find_rules(QUERIES, loaded([GAUGE, COUNTER]))  # rules written for another config
+    assert fewer[0] is None
+    assert PRESENT in fewer[1]
+
+
+def ruled_plan(window: StepWindow = WINDOW) -> WindowPlan:
+    ruleset, _ = find_rules(QUERIES, loaded(QUERIES, interval=5.0))
+    assert ruleset is not None
+    return WindowPlan(QUERIES, window, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, rules=ruleset)
+
+
+def tagged(tag: str, value: float, **labels: str) -> PromSeries:
+    return PromSeries(labels={TAG_LABEL: tag, **labels}, samples=((1010.0, value),))
+
+
+def test_a_ruled_window_reads_the_rules_at_both_boundaries_and_no_raw_series() -> None:
+    expr = ruled_plan().expression
+    assert expr is not None
+    assert "sum by (model_name) (otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 1010.000)" in expr
+    assert "sum by (le) (otel_bridge:vllm:ttft_seconds_bucket:last5m_sum @ 1000.000)" in expr
+    assert f"max(timestamp({PRESENT} @ 1000.000))" in expr
+    assert f"max({AGE} @ 1010.000)" in expr
+    assert f"count_over_time({RESETS}[310s] @ 1010.000)" in expr  # the window and the 5 minutes before it
+    assert "last_over_time(vllm:" not in expr
+    assert "resets(vllm:" not in expr
+    assert "max_over_time(vllm:num_requests_running[10s])" in expr  # gauges as before
+    final = ruled_plan(StepWindow(step=3, start=1000.0, end=1010.0, final=True))
+    assert final.close_at == 1015.5  # closed by the first evaluation after the end
+    assert "otel_bridge:vllm:ttft_seconds_count:last5m_sum @ 1015.500" in (final.expression or "")
+
+
+def test_reading_a_ruled_answer_takes_the_lag_and_rereads_from_the_rule_series() -> None:
+    plan = ruled_plan()
+    target = {"job": "rollout", "instance": "10.0.0.7:8000"}
+    answer = plan.read(
+        QueryResult(
+            "vector",
+            (
+                tagged("1/end/0", 130.0, model_name="m"),
+                tagged("1/start/0", 100.0, model_name="m"),
+                tagged("rules/t/end", 1008.0),
+                tagged("rules/t/start", 997.0),
+                tagged("rules/age/end", 1.5),
+                tagged("rules/age/start", 0.5),
+                tagged("rules/reread", 1.0, **target),
+            ),
+        )
+    )
+    assert answer.increases[1] == {("vllm:generation_tokens_total", (("model_name", "m"),)): 30.0}
+    assert answer.lag_s == 3.0 + 0.5  # the start boundary: 3 s to its evaluation, whose oldest sample was 0.5 s old
+    assert answer.reread == {i: {("rollout", "10.0.0.7:8000")} for i in (1, 2, 3)}
+    assert plan.boundaries(1, answer) == (997.0, 1008.0)
+    assert plan.exact_window(1, answer) == StepWindow(3, 997.0, 1008.0)
+    reread = plan.reread_expression({("rollout", "10.0.0.7:8000")}, answer)
+    assert reread is not None
+    assert reread.endswith("[313s]")
+
+
+def test_a_reread_series_share_in_the_rules_is_its_last_sample_in_five_minutes_before_each_evaluation() -> None:
+    plan = ruled_plan()
+    answer = WindowAnswer(rule_times={"start": 997.0, "end": 1008.0})
+    samples = [(690.0, 50.0), (996.0, 12.0), (1004.0, 2.0), (1008.0, 5.0), (1009.0, 6.0)]
+    raw = RawSeries("vllm:generation_tokens_total", {"model_name": "m"}, samples)
+    assert plan.summed_share(1, raw, answer) == (("vllm:generation_tokens_total", (("model_name", "m"),)), 5.0 - 12.0)
+    gone = RawSeries("vllm:generation_tokens_total", {}, [(698.0, 40.0), (700.0, 41.0)])  # > 5 min before the end
+    assert plan.summed_share(1, gone, answer) == (("vllm:generation_tokens_total", ()), 0.0 - 41.0)
+    older = RawSeries("vllm:generation_tokens_total", {}, [(697.0, 40.0)])  # exactly 5 minutes: outside (t - 5m, t]
+    assert plan.summed_share(1, older, answer) is None
+
+
+def test_without_a_rule_evaluation_near_a_boundary_the_ruled_queries_are_not_answered() -> None:
+    plan = ruled_plan()
+    answer = plan.read(QueryResult("vector", (tagged("1/end/0", 130.0), tagged("rules/t/end", 1008.0))))
+    assert 1 not in answer.answered
+    assert 1 not in answer.increases
+
+
+def test_a_ruleset_covering_some_queries_leaves_the_others_on_raw_series() -> None:
+    ruleset = RuleSet({1: ("otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",)}, 5.0, 0.0)
+    plan = WindowPlan(QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.0, rules=ruleset)
+    expr = plan.expression or ""
+    assert "generation_tokens_total:last5m_sum_by_model_name @ 1010.000" in expr
+    assert "last_over_time(vllm:ttft_seconds_bucket[12s] @ 1010.000)" in expr
+    assert plan.ruled == [1]
+
+
+def test_the_vllm_preset_rules_cover_the_preset() -> None:
+    queries = resolve_metrics([MetricConfig(preset="vllm")])
+    counting = [q for q in queries if q.promql is None and (q.kind != "gauge" or q.ratio is not None)]
+    ruleset, problems = find_rules(queries, loaded(queries))
+    assert ruleset is not None
+    assert problems == ""
+    assert len(ruleset.records) == len(counting)

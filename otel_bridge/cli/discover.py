@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
+
+import yaml
 
 
 def add_parser(commands: Any) -> None:
@@ -21,6 +25,26 @@ def add_parser(commands: Any) -> None:
     discover.set_defaults(run=run)
 
 
+def prometheus_url_origin(config_path: Path | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """Which environment variable set the loaded config's ``prometheus.url``; ``None`` when the file's own value (or
+    nothing) stands. ``OTEL_BRIDGE__PROMETHEUS__URL`` overrides any value; ``OTEL_BRIDGE_PROMETHEUS_URL`` fills in an
+    unset or ``auto`` one (see :mod:`otel_bridge.config`)."""
+    from otel_bridge.config import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL
+
+    environ = os.environ if environ is None else environ
+    override = f"{ENV_PREFIX}PROMETHEUS__URL"
+    if environ.get(override):
+        return f"env {override}"
+    if not environ.get(ENV_PROMETHEUS_URL):
+        return None
+    file_url: Any = None
+    if config_path is not None:
+        data = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        section = data.get("prometheus") if isinstance(data, dict) else None
+        file_url = section.get("url") if isinstance(section, dict) else None
+    return f"env {ENV_PROMETHEUS_URL}" if file_url in (None, AUTO) else None
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Print the Prometheus URL and the scrape targets; exit status 1 when one of them is not found."""
     from otel_bridge.config import AUTO, BridgeConfig
@@ -33,13 +57,24 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
         import_ray().init(address=args.ray_address, logging_level=logging.ERROR)
     status = 0
-    try:
-        resolution = resolve_prometheus_url(config.prometheus.url or AUTO, ray_port=config.prometheus.ray_port)
-    except DiscoveryError as exc:
-        out.write(f"prometheus: not found\n{exc}\n")
-        status = 1
+    origin = prometheus_url_origin(args.config)
+    if config.resolved_source() == "scrape":
+        out.write("prometheus: not used (scrape path: the bridge reads scrape.targets itself)\n")
+    elif origin is not None and config.prometheus.url not in (None, AUTO):
+        out.write(f"prometheus: {config.prometheus.url} (from {origin})\n")
     else:
-        out.write(f"prometheus: {resolution.url} (from {resolution.source})\n")
+        try:
+            resolution = resolve_prometheus_url(config.prometheus.url, ray_port=config.prometheus.ray_port)
+        except DiscoveryError as exc:
+            out.write(f"prometheus: not found\n{exc}\n")
+            if not args.ray_address:
+                out.write(
+                    "hint: on a Ray cluster, pass --ray-address auto (on one of its nodes) or --ray-address HOST:PORT "
+                    "so that discover joins it and finds the head node's Prometheus\n"
+                )
+            status = 1
+        else:
+            out.write(f"prometheus: {resolution.url} (from {resolution.source})\n")
     if config.scrape.targets == AUTO:
         try:
             found = ray_service_discovery_targets(

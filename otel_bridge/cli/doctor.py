@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
-from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig
+from otel_bridge.config import AUTO, ENV_PREFIX, BridgeConfig, MetricConfig, TrackerConfig
 from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
@@ -67,18 +67,23 @@ def add_parser(commands: Any) -> None:
     doctor.add_argument("--config", type=Path, help="otel-bridge config file (default: defaults + environment)")
     doctor.add_argument("--json", action="store_true", help="print the result as JSON (shape in docs/cli.md)")
     doctor.add_argument("--ray-address", default="auto", help="Ray cluster to join when Ray is needed (default auto)")
+    doctor.add_argument("--prometheus-url", help="check this Prometheus (overrides prometheus.url of the config)")
     doctor.set_defaults(run=run)
 
 
 class Doctor:
     """Runs the checks for one config and collects them (secrets scrubbed)."""
 
-    def __init__(self, config_path: Path | None, *, ray_address: str = "auto") -> None:
+    def __init__(
+        self, config_path: Path | None, *, ray_address: str = "auto", prometheus_url: str | None = None
+    ) -> None:
         self.config_path = config_path
         self.ray_address = ray_address
+        self.prometheus_url = prometheus_url
         self.checks: list[Check] = []
         self._secrets: list[str] = []
         self.queries: list[MetricQuery] = []
+        self.default_preset: str | None = None  # the preset checked when the config lists no metrics
 
     # -- recording ---------------------------------------------------------------------------------------------------
 
@@ -129,8 +134,11 @@ class Doctor:
     def check_config(self) -> BridgeConfig | None:
         """``config``: the file loads and validates; also collects the secrets to scrub."""
         where = str(self.config_path) if self.config_path else "defaults + environment"
+        environ = dict(os.environ)
+        if self.prometheus_url is not None:
+            environ[f"{ENV_PREFIX}PROMETHEUS__URL"] = self.prometheus_url
         try:
-            config = BridgeConfig.load(self.config_path)
+            config = BridgeConfig.load(self.config_path, environ=environ)
         except ConfigError as exc:
             self.add("config", "fail", f"{where}: {exc}", "fix the config as the message says")
             return None
@@ -153,9 +161,16 @@ class Doctor:
             return None
         finally:
             metric_set_log.setLevel(level)
-        source = config.resolved_source() or "none (trainer metrics only)"
+        source = config.resolved_source()
+        entries = f"{len(config.metrics)} metric entries"
+        if not config.metrics and source is not None:
+            self.default_preset = "vllm"
+            self.queries = resolve_metrics([MetricConfig(preset=self.default_preset)])
+            entries = f"no metric entries (the {self.default_preset} preset's metrics are checked)"
         self.add(
-            "config", "pass", f"{where}: valid; infrastructure source: {source}, {len(config.metrics)} metric entries"
+            "config",
+            "pass",
+            f"{where}: valid; infrastructure source: {source or 'none (trainer metrics only)'}, {entries}",
         )
         return config
 
@@ -194,6 +209,7 @@ class Doctor:
 
     def check_prometheus(self, config: BridgeConfig) -> PrometheusClient | None:
         """``prometheus``: the URL resolves and Prometheus answers; returns a client, or ``None``."""
+        from otel_bridge.cli.discover import prometheus_url_origin
         from otel_bridge.cli.query import prometheus_client
         from otel_bridge.discovery import resolve_prometheus_url
 
@@ -207,7 +223,10 @@ class Doctor:
                 resolution = resolve_prometheus_url(AUTO, ray_port=prom.ray_port)
                 url, source = resolution.url, resolution.source
             else:
-                url, source = prom.url, "config"
+                url = prom.url
+                source = (
+                    "--prometheus-url" if self.prometheus_url else prometheus_url_origin(self.config_path) or "config"
+                )
         except DiscoveryError as exc:
             self.add(
                 "prometheus",
@@ -342,9 +361,17 @@ class Doctor:
         families: dict[str, dict[str, ExpositionFamily]],
     ) -> None:
         """``metric <key>``: every configured metric has series now (Prometheus or the endpoints' expositions)."""
-        if not config.metrics:
+        if not self.queries:
             self.add("metrics", "skip", "no metrics configured")
             return
+        if self.default_preset is not None:
+            self.add(
+                "metrics",
+                "warn",
+                f"no metrics configured: a run records no infrastructure metrics; checking the {self.default_preset} "
+                "preset's metrics instead",
+                f"list the metrics to record, e.g. `metrics: [{{preset: {self.default_preset}}}]`",
+            )
         queries = self.queries
         if client is not None:
             self._metrics_from_prometheus(config, client, queries)
@@ -583,7 +610,7 @@ def as_json(doctor: Doctor) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run the checks and print the table (or JSON); exit status 0 when nothing failed, else 1."""
-    doctor = Doctor(args.config, ray_address=args.ray_address)
+    doctor = Doctor(args.config, ray_address=args.ray_address, prometheus_url=args.prometheus_url)
     doctor.run()
     if args.json:
         out.write(json.dumps(as_json(doctor), indent=2) + "\n")

@@ -8,6 +8,7 @@ is a raw PromQL expression evaluated as is at ``at`` (``$window`` stands for the
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import time
 from dataclasses import replace
@@ -20,6 +21,7 @@ from opentelemetry.sdk.metrics.export import Metric
 from otel_bridge.cli.output import format_rows, format_value
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
+from otel_bridge.exporters.naming import infra_key
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.connect import connect
@@ -115,16 +117,36 @@ def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> Me
     return MetricQuery(key_name="value", promql=expr)
 
 
-def metric_rows(metrics: list[Metric]) -> list[list[str]]:
-    """Table rows ``[key, stat, labels, value]`` of the producer's metrics."""
+def metric_rows(metrics: list[Metric], prefix: str | None = "rollout") -> list[list[str]]:
+    """Table rows ``[key, stat, labels, value]`` of the producer's metrics.
+
+    ``key`` is the key the bridge records the value under (``rollout/vllm/generation_tokens_total/delta``, with
+    ``naming.infra_prefix`` as ``prefix``); ``prefix=None`` keeps the metric's own name (a raw PromQL expression has no
+    key in a run).
+    """
     rows = []
     for metric in metrics:
         for point in getattr(metric.data, "data_points", ()):
-            attributes = dict(point.attributes or {})
-            stat = str(attributes.pop(STAT_ATTRIBUTE, ""))
+            attributes = {str(k): str(v) for k, v in (point.attributes or {}).items()}
+            stat = attributes.pop(STAT_ATTRIBUTE, "")
             labels = ",".join(f"{k}={v}" for k, v in sorted(attributes.items()))
-            rows.append([metric.name, stat or "-", labels or "-", format_value(float(point.value))])
+            key = metric.name if prefix is None else infra_key(metric.name, stat or None, attributes, prefix=prefix)
+            rows.append([key, stat or "-", labels or "-", format_value(float(point.value))])
     return rows
+
+
+def unknown_name(client: PrometheusClient, query: MetricQuery) -> str | None:
+    """Why a metric name of unknown type matches nothing: it does not exist in Prometheus (with the closest existing
+    name); ``None`` when Prometheus knows it, or when the query is not such a name."""
+    if query.promql is not None or query.name is None or query.kind is not None:
+        return None
+    known = client.metadata()
+    base = re.sub(r"_(count|sum|bucket)$", "", query.name)
+    if query.name in known or base in known:
+        return None
+    close = difflib.get_close_matches(query.name, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else "; check the name (otel-bridge doctor lists what exists)"
+    return f"{query.name} does not exist in Prometheus (no metadata for it){hint}"
 
 
 def _iso(t: float) -> str:
@@ -140,16 +162,23 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     config = BridgeConfig.load(args.config)
     query = build_query(args.expr, config, args)
     client = prometheus_client(config, args.prometheus_url)
+    span = f"over ({_iso(at - window_s)}, {_iso(at)}] = {format_value(window_s)}s, from {client.url}"
+    missing = unknown_name(client, query)
+    if missing is not None:
+        client.close()
+        out.write(f"{query.name} {span}\n\nno series matched: {missing}\n")
+        return 1
     producer = PromQLProducer(client, [query], scrape_interval_s=config.prometheus.scrape_interval_s)
     try:
         producer.start()
         window = StepWindow(step=0, start=at - window_s, end=at)
-        rows = metric_rows(list(producer.produce(window)))
+        prefix = None if query.promql is not None else config.naming.infra_prefix
+        rows = metric_rows(list(producer.produce(window)), prefix)
         resolved = producer.queries[0]
     finally:
         producer.close()
     what = f"PromQL {args.expr}" if resolved.promql is not None else f"{resolved.name} ({resolved.kind})"
-    out.write(f"{what} over ({_iso(at - window_s)}, {_iso(at)}] = {format_value(window_s)}s, from {client.url}\n\n")
+    out.write(f"{what} {span}\n\n")
     if not rows:
         out.write("no series matched in this window: check the name and labels (otel-bridge doctor lists them)\n")
         return 1

@@ -11,7 +11,8 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
 5. ``endpoint <url>``: every rollout ``/metrics`` endpoint answers (scrape path).
 6. ``metric <key>``: every configured metric returns series now, and from which instances.
 7. ``deprecated <name>``: configured vLLM names that vLLM 0.32 removed, with the replacement.
-8. ``tracker <type>``: every tracker backend imports and writes one record into a temporary run directory.
+8. ``run dir``: ``run.dir`` can be created and written to.
+9. ``tracker <type>``: every tracker backend imports and writes one record into a temporary run directory.
 
 The exit status is 0 only when no check failed. ``--json`` prints ``{"ok", "config", "checks": [{"name", "status",
 "detail", "fix"}]}`` (see docs/cli.md). Secrets read from the config's auth settings never appear in the output.
@@ -128,8 +129,29 @@ class Doctor:
             if client is not None:
                 client.close()
         self.check_deprecated(config)
+        self.check_run_dir(config.run.dir)
         self.check_trackers(config.trackers)
         return self.checks
+
+    def check_run_dir(self, run_dir: Path) -> None:
+        """``run dir``: ``run.dir`` can be created and written to (the trackers below write into a temporary one)."""
+        created = next((p for p in [run_dir, *run_dir.parents][::-1] if not p.exists()), None)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".otel-bridge-doctor-"):
+                pass
+        except OSError as exc:
+            self.add(
+                "run dir",
+                "fail",
+                f"run.dir {run_dir} is not writable: {exc.strerror or exc}",
+                "set run.dir to a directory this user can create and write, or fix its permissions",
+            )
+            return
+        finally:
+            if created is not None and created.is_dir():
+                shutil.rmtree(created, ignore_errors=True)  # only what this check created
+        self.add("run dir", "pass", f"run.dir {run_dir} is writable")
 
     def check_config(self) -> BridgeConfig | None:
         """``config``: the file loads and validates; also collects the secrets to scrub."""

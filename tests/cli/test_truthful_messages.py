@@ -97,3 +97,23 @@ def test_doctor_and_query_read_metrics_as_a_run_does(
     assert done.stderr == ""
     assert "no series matched: vllm:generation_token_total does not exist in Prometheus" in done.stdout
     assert "did you mean vllm:generation_tokens_total?" in done.stdout
+
+
+def test_doctor_checks_that_run_dir_is_writable(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n", encoding="utf-8")
+    bad = write_config(tmp_path / "bad.yaml", {"run": {"dir": str(blocker / "runs")}})
+    done = run_cli(["doctor", "--json", "--config", str(bad)], cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    validate_doctor_json(document)
+    check = check_named(document, "run dir")
+    assert check["status"] == "fail"
+    assert f"run.dir {blocker / 'runs'} is not writable" in check["detail"]
+
+    fresh = tmp_path / "new" / "runs"
+    good = write_config(tmp_path / "good.yaml", {"run": {"dir": str(fresh)}})
+    done = run_cli(["doctor", "--json", "--config", str(good)], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert check_named(json.loads(done.stdout), "run dir")["status"] == "pass"
+    assert not (tmp_path / "new").exists()  # the check leaves nothing behind

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import random
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -102,6 +104,7 @@ def run_demo(
     say = on_event or _log.info
     binary = find_prometheus_binary() if start_prometheus else None  # fail before starting anything
     with ExitStack() as stack:
+        stack.enter_context(_sigterm_exits())  # so that a SIGTERM still stops the Prometheus process started below
         servers = stack.enter_context(simulated_rollout_servers(2, first_port=sim_port))
         targets = [f"127.0.0.1:{server.port}" for _, _, server in servers]
         say(f"simulated vLLM servers: {', '.join(f'http://{t}/metrics' for t in targets)}")
@@ -113,6 +116,24 @@ def run_demo(
             prometheus.wait_for_targets(len(targets))
             prometheus_url = prometheus.url
         return _train(servers, steps, out, name, prometheus_url, step_seconds, scrape_interval_s, on_step)
+
+
+@contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """While inside: SIGTERM raises ``SystemExit(143)`` (cleanup runs) if it had its default action on the main
+    thread; the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def exit_143(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_143)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager

@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,35 @@ def test_an_unreachable_prometheus_is_one_line(tmp_path: Path, command: list[str
     assert done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"otel-bridge: cannot reach Prometheus at {url}/"), done.stderr
     assert "Retrying" not in done.stderr
+
+
+def test_demo_prometheus_stops_its_prometheus_on_sigterm(tmp_path: Path) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge.cli", "demo", "--prometheus", "--steps", "100", "--run-name", "r"],
+        cwd=tmp_path,
+        env=cli_env({"PROMETHEUS_BIN": prometheus_binary()}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid = None
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            started = re.match(r"prometheus: \S+ \(pid (\d+)\)", line)
+            if started:
+                pid = int(started[1])
+                break
+        assert pid is not None, demo.stderr.read() if demo.stderr else ""
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=60) == 143
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return  # stopped by the demo
+    os.kill(pid, signal.SIGKILL)  # the Prometheus this test's demo started must not outlive the test
+    pytest.fail(f"the demo left its Prometheus (pid {pid}) running after SIGTERM")

@@ -38,7 +38,7 @@ import math
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,9 +315,17 @@ def _increase(values: np.ndarray, times: np.ndarray, start: float, end: float) -
 
 
 def truth(
-    series: Sequence[Series], replicas: Sequence[Replica], layout: Layout, preset: str = "vllm"
+    series: Sequence[Series],
+    replicas: Sequence[Replica],
+    layout: Layout,
+    preset: str = "vllm",
+    counter_windows: Mapping[int, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
-    """The exact statistics of every window ``-1 .. windows-1``: ``{"<k>": {"<key>/<stat>": value}}`` (ratios: key)."""
+    """The exact statistics of every window ``-1 .. windows-1``: ``{"<k>": {"<key>/<stat>": value}}`` (ratios: key).
+
+    ``counter_windows[k]``, when given, bounds window ``k``'s counter and histogram increases instead of the window
+    itself (e.g. the recording rules' evaluations that stand for its boundaries); gauges keep the window.
+    """
     from otel_bridge.producers.presets import PRESETS
     from otel_bridge.window import histogram_quantile, quantile_of
 
@@ -333,10 +341,12 @@ def truth(
     out: dict[str, Any] = {}
     for k in range(-1, layout.windows):
         start, end = layout.window(k)
+        counted_from, counted_to = (counter_windows or {}).get(k, (start, end))
         increases: dict[int, float] = {}
         inside: list[dict[int, np.ndarray]] = []
         for times, matrix, gauges in prepared:
-            for i, inc in zip(counter_ids, _increase(matrix, times, start, end).tolist(), strict=True):
+            counted = _increase(matrix, times, counted_from, counted_to).tolist()
+            for i, inc in zip(counter_ids, counted, strict=True):
                 increases[i] = increases.get(i, 0.0) + inc
             mask = (times > start) & (times <= end)
             inside.append({i: column[mask] for i, column in gauges.items()})
@@ -421,6 +431,14 @@ def _load(directory: Path) -> Dataset | None:
         return None
     layout = Layout(**data["layout"])
     return Dataset(data["replicas"], directory / "blocks", layout, data["truth"], {**data["info"], "cached": True})
+
+
+def truth_between(dataset: Dataset, counter_windows: Mapping[int, tuple[float, float]]) -> dict[str, Any]:
+    """:func:`truth` of ``dataset`` with other counter bounds, from its history generated again (deterministic)."""
+    series = capture_series()
+    restart = dataset.replicas // 2
+    data = [_replica(r, series, dataset.layout, r == restart) for r in range(dataset.replicas)]
+    return truth(series, data, dataset.layout, counter_windows=counter_windows)
 
 
 def generate(replicas: int, outdir: Path, anchor: float | None = None, *, promtool: str = "promtool") -> Dataset:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from opentelemetry.sdk.metrics.export import Metric
@@ -41,16 +41,15 @@ from otel_bridge.producers.aggregate import (
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
 from otel_bridge.producers.promql_plan import (
-    TARGET_LABELS,
     WINDOW_PLACEHOLDER,
     Target,
     WindowAnswer,
     WindowPlan,
     primary_names,
 )
-from otel_bridge.producers.promql_rules import RuleSet, counting, find_rules
+from otel_bridge.producers.promql_rules import RuleSet, counting, rules_in_use
+from otel_bridge.producers.promql_targets import schedule_of, scrape_urls, serving_targets
 from otel_bridge.producers.scrape import ScrapeProducer
-from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import MetricKind, StepWindow
@@ -219,28 +218,16 @@ class PromQLProducer:
         return [] if self._scraper is not None else self._counting_queries()
 
     def _serving_targets(self) -> list[dict[str, object]]:
-        """Prometheus' active targets that serve the configured counters and histograms."""
         names = sorted({n for i in self._counting_queries() for n in primary_names(self._queries[i])})
-        if not names:
-            return []
-        expr = f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
-        serving = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in self._client.query(expr).series}
-        return [t for t in self._client.targets() if _target_key(t) in serving]
+        return serving_targets(self._client, names)
 
     def _learn_schedule(self, targets: Sequence[dict[str, object]]) -> None:
-        """Interval and storing delay of the targets serving the configured counters, from Prometheus' targets list.
-
-        A scrape is stored when it ends: the delay is twice the longest recent scrape (``lastScrapeDuration``), at
-        most the scrape timeout. Without such targets there is nothing to wait for.
-        """
-        self._targets_known = bool(targets)
-        intervals = [i for i in (promql.target_duration(t.get("scrapeInterval")) for t in targets) if i is not None]
-        timeouts = [t for t in (promql.target_duration(t.get("scrapeTimeout")) for t in targets) if t is not None]
-        durations = [d for d in (t.get("lastScrapeDuration") for t in targets) if isinstance(d, int | float)]
-        if intervals:
-            self._interval_s = max(intervals)
-        timeout = max(timeouts) if timeouts else min(10.0, self._interval_s)
-        self._timeout_s = min(timeout, 2.0 * max(durations)) if durations else (timeout if targets else 0.0)
+        schedule = schedule_of(targets, self._interval_s)
+        self._interval_s, self._timeout_s, self._targets_known = (
+            schedule.interval_s,
+            schedule.storing_delay_s,
+            schedule.targets_known,
+        )
 
     def _choose_boundary(self, targets: Sequence[dict[str, object]]) -> None:
         if self._boundary == "samples" or self._new_scraper is None or not self._counting_queries():
@@ -273,7 +260,7 @@ class PromQLProducer:
                         interval_s=self._refresh_interval_s,
                         initial=urls,
                         name="Prometheus targets",
-                        normalize=_scrape_urls,
+                        normalize=scrape_urls,
                     )
                     self._watcher.start()
         if self._scraper is not None:
@@ -288,31 +275,10 @@ class PromQLProducer:
         self._boundary = "samples"
 
     def _learn_rules(self) -> None:
-        """Whether Prometheus runs the bridge's recording rules (``prometheus.recording_rules``), and for which queries.
-
-        ``required`` makes missing or changed rules a start-up error; ``auto`` logs why they are not used.
-        """
-        if self._rules_mode == "off" or self._boundary != "samples" or not self._counting_queries():
-            return
-        ruleset, problems = find_rules(self._queries, self._client.rule_groups())
-        uncovered = [
-            self._queries[i].key_name for i in self._counting_queries() if ruleset is None or i not in ruleset.records
-        ]
-        if uncovered and self._rules_mode == "required":
-            raise ConfigError(
-                f"prometheus.recording_rules: required, but Prometheus does not run them for {', '.join(uncovered)} "
-                f"({problems}); add the file `otel-bridge prometheus-rules --config <your config>` writes to "
-                "Prometheus' rule_files and reload it, or set prometheus.recording_rules: auto"
+        if self._rules_mode != "off" and self._boundary == "samples" and self._counting_queries():
+            self._rules = rules_in_use(
+                self._client.rule_groups(), self._queries, required=self._rules_mode == "required"
             )
-        if uncovered and ruleset is not None:
-            _log.info("recording rules not used for %s: %s", ", ".join(uncovered), problems)
-        elif ruleset is None and self._rules_mode == "auto":
-            _log.info(
-                "otel-bridge's recording rules are not loaded in Prometheus (%s): each step sums the raw series "
-                "(`otel-bridge prometheus-rules` writes the rules; they make a step's reading independent of replicas)",
-                problems,
-            )
-        self._rules = ruleset
 
     def _target_urls(self) -> list[str]:
         return sorted({str(t["scrapeUrl"]) for t in self._serving_targets() if t.get("scrapeUrl")})
@@ -468,20 +434,5 @@ def _raw_series(result: QueryResult) -> list[RawSeries]:
     return out
 
 
-def _scrape_urls(values: Iterable[object], where: str) -> list[str]:
-    items = list(values)
-    bad = [v for v in items if not (isinstance(v, str) and "://" in v)]
-    if bad:
-        raise ConfigError(f"{where}: {bad[0]!r} is not a scrape URL")
-    return sorted({str(v) for v in items})
-
-
 def _series_target(series: RawSeries) -> Target:
     return (series.labels.get("job", ""), series.labels.get("instance", ""))
-
-
-def _target_key(target: dict[str, object]) -> Target:
-    labels = target.get("labels")
-    if not isinstance(labels, dict):
-        return ("", "")
-    return (str(labels.get("job", "")), str(labels.get("instance", "")))

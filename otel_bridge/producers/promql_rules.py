@@ -26,12 +26,16 @@ it unchanged (same record names and expressions) and otherwise reads raw samples
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.prometheus import promql
+
+_log = logging.getLogger(__name__)
 
 GROUP = "otel-bridge"
 LOOKBACK = "5m"
@@ -168,3 +172,32 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
     return RuleSet(
         records, float(interval), float(evaluation) if isinstance(evaluation, int | float) else 0.0
     ), "; ".join(problems)
+
+
+def rules_in_use(
+    groups: Sequence[Mapping[str, Any]], queries: Sequence[MetricQuery], *, required: bool
+) -> RuleSet | None:
+    """The rules to read through, from Prometheus' loaded ``groups`` (``prometheus.recording_rules``).
+
+    With ``required``, a counting query without its rules is a :class:`ConfigError`; otherwise why rules are not used
+    is logged once.
+    """
+    ruleset, problems = find_rules(queries, groups)
+    uncovered = [
+        q.key_name for i, q in enumerate(queries) if counting(q) and (ruleset is None or i not in ruleset.records)
+    ]
+    if uncovered and required:
+        raise ConfigError(
+            f"prometheus.recording_rules: required, but Prometheus does not run them for {', '.join(uncovered)} "
+            f"({problems}); add the file `otel-bridge prometheus-rules --config <your config>` writes to "
+            "Prometheus' rule_files and reload it, or set prometheus.recording_rules: auto"
+        )
+    if uncovered and ruleset is not None:
+        _log.info("recording rules not used for %s: %s", ", ".join(uncovered), problems)
+    elif ruleset is None:
+        _log.info(
+            "otel-bridge's recording rules are not loaded in Prometheus (%s): each step sums the raw series "
+            "(`otel-bridge prometheus-rules` writes the rules; they make a step's reading independent of replicas)",
+            problems,
+        )
+    return ruleset

@@ -12,7 +12,7 @@ import yaml
 from otel_bridge.cli.output import error_line, format_rows, progress_bar, use_colour
 from tests.cli.support import REPO, run_cli, write_config
 
-COMMANDS = ("demo", "init", "doctor", "discover", "query", "tail", "plot", "prometheus-config")
+COMMANDS = ("demo", "init", "doctor", "discover", "query", "tail", "plot", "prometheus-config", "prometheus-rules")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -49,6 +49,26 @@ def test_prometheus_config_and_discover(tmp_path: Path) -> None:
         "prometheus: http://127.0.0.1:9999 (from config)",
         "scrape targets (config): http://127.0.0.1:8000/metrics",
     ]
+
+
+def test_prometheus_rules_for_a_config_and_its_errors(tmp_path: Path) -> None:
+    metrics = [{"name": "vllm:generation_tokens_total", "type": "counter", "by": ["model_name"]}]
+    config = write_config(tmp_path / "c.yaml", {"metrics": metrics})
+    out = tmp_path / "rules" / "otel-bridge.rules.yml"
+    done = run_cli(["prometheus-rules", str(out), "--config", str(config), "--interval", "5"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (group,) = yaml.safe_load(out.read_text(encoding="utf-8"))["groups"]
+    assert (group["name"], group["interval"]) == ("otel-bridge", "5s")
+    assert group["rules"][0] == {
+        "record": "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",
+        "expr": "sum by (model_name) (last_over_time(vllm:generation_tokens_total[5m]))",
+    }
+    untyped = write_config(tmp_path / "u.yaml", {"metrics": [{"name": "vllm:prompt_tokens_total"}]})
+    done = run_cli(["prometheus-rules", str(out), "--config", str(untyped)], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "metrics[0] vllm:prompt_tokens_total" in done.stderr
+    assert "set type: counter, gauge or histogram" in done.stderr
 
 
 def test_a_bad_argument_is_one_line(tmp_path: Path) -> None:

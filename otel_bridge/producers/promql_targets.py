@@ -1,0 +1,61 @@
+"""Prometheus' targets that serve the configured counters and histograms, and when their scrapes are stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from otel_bridge.errors import ConfigError
+from otel_bridge.producers.promql_plan import TARGET_LABELS, Target
+from otel_bridge.prometheus import promql
+from otel_bridge.prometheus.client import PrometheusClient
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """How often the targets are scraped, and how long after a scrape starts its samples are stored."""
+
+    interval_s: float
+    storing_delay_s: float
+    targets_known: bool
+
+
+def serving_targets(client: PrometheusClient, names: Sequence[str]) -> list[dict[str, object]]:
+    """Prometheus' active targets (``/api/v1/targets``) that have a series named in ``names``."""
+    if not names:
+        return []
+    expr = f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
+    serving = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in client.query(expr).series}
+    return [t for t in client.targets() if target_key(t) in serving]
+
+
+def schedule_of(targets: Sequence[dict[str, object]], default_interval_s: float) -> Schedule:
+    """Interval and storing delay of ``targets``, from Prometheus' targets list.
+
+    A scrape is stored when it ends: the delay is twice the longest recent scrape (``lastScrapeDuration``), at most
+    the scrape timeout. Without targets there is nothing to wait for.
+    """
+    intervals = [i for i in (promql.target_duration(t.get("scrapeInterval")) for t in targets) if i is not None]
+    timeouts = [t for t in (promql.target_duration(t.get("scrapeTimeout")) for t in targets) if t is not None]
+    durations = [d for d in (t.get("lastScrapeDuration") for t in targets) if isinstance(d, int | float)]
+    interval = max(intervals) if intervals else default_interval_s
+    timeout = max(timeouts) if timeouts else min(10.0, interval)
+    delay = min(timeout, 2.0 * max(durations)) if durations else (timeout if targets else 0.0)
+    return Schedule(interval, delay, bool(targets))
+
+
+def scrape_urls(values: Iterable[object], where: str) -> list[str]:
+    """The targets list's ``scrapeUrl`` values, sorted and unique; a value that is no URL is a :class:`ConfigError`."""
+    items = list(values)
+    bad = [v for v in items if not (isinstance(v, str) and "://" in v)]
+    if bad:
+        raise ConfigError(f"{where}: {bad[0]!r} is not a scrape URL")
+    return sorted({str(v) for v in items})
+
+
+def target_key(target: dict[str, object]) -> Target:
+    """``(job, instance)`` of an entry of Prometheus' targets list."""
+    labels = target.get("labels")
+    if not isinstance(labels, dict):
+        return ("", "")
+    return (str(labels.get("job", "")), str(labels.get("instance", "")))

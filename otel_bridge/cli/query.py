@@ -107,14 +107,14 @@ def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> Me
                 query = replace(query, stats=stats)
             return query.with_kind(query.kind) if query.kind is not None else query
     if _METRIC_NAME.match(expr):
-        query = MetricQuery(key_name=expr, name=expr, stats=stats, by=by)
+        query = MetricQuery(key_name=expr, name=expr, stats=stats, by=by, source_index=-1)
         return query.with_kind(args.type) if args.type is not None else query
     if stats or by or args.type is not None:
         raise ConfigError(
             "--type, --stats and --by apply to metric names; a PromQL expression is evaluated as is "
             "(drop them or write the aggregation into the expression)"
         )
-    return MetricQuery(key_name="value", promql=expr)
+    return MetricQuery(key_name="value", promql=expr, source_index=-1)  # -1: not a configured entry
 
 
 def metric_rows(metrics: list[Metric], prefix: str | None = "rollout") -> list[list[str]]:

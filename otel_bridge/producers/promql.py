@@ -29,7 +29,7 @@ from typing import Literal
 from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.discovery.watcher import TargetWatcher
-from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusError, ScrapeError
+from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, QUERY_ERRORS, SCRAPE_ERRORS, TARGETS_DOWN, Health
 from otel_bridge.producers.aggregate import (
     Increases,
@@ -40,6 +40,7 @@ from otel_bridge.producers.aggregate import (
 )
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
+from otel_bridge.producers.promql_checks import check_expressions, resolve_kind
 from otel_bridge.producers.promql_plan import (
     WINDOW_PLACEHOLDER,
     Target,
@@ -52,7 +53,7 @@ from otel_bridge.producers.promql_targets import schedule_of, scrape_urls, servi
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.window import MetricKind, StepWindow
+from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 
@@ -147,23 +148,10 @@ class PromQLProducer:
     def _prepare(self) -> None:
         if any(q.needs_kind for q in self._queries):
             metadata = self._client.metadata()
-            self._queries = [self._resolve_kind(q, metadata) for q in self._queries]
+            self._queries = [resolve_kind(q, metadata) for q in self._queries]
         now = time.time()
-        plan = WindowPlan(
-            self._queries,
-            StepWindow(step=-1, start=now - self._pad_s, end=now),
-            increase_queries=self._increase_queries(),
-            pad_s=self._pad_s,
-            closing_s=self._interval_s,
-        )
-        if plan.expression is not None:
-            try:
-                self._client.query(plan.expression, time=now)
-            except PrometheusAPIError as exc:
-                raise ConfigError(
-                    f"Prometheus rejects the configured metrics ({exc.error_type}: {exc.error}); "
-                    "check the promql/name/labels entries under metrics"
-                ) from None
+        window = StepWindow(step=-1, start=now - self._pad_s, end=now)
+        check_expressions(self._client, self._queries, window, self._increase_queries(), pad_s=self._pad_s)
         if not self._ready:
             targets = self._serving_targets()
             self._learn_schedule(targets)
@@ -187,27 +175,6 @@ class PromQLProducer:
                     len(self._rules.records),
                     len(self._counting_queries()),
                 )
-
-    def _resolve_kind(self, query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) -> MetricQuery:
-        if not query.needs_kind:
-            return query
-        assert query.name is not None
-        base = query.name
-        entries = metadata.get(base) or (metadata.get(base[: -len("_total")]) if base.endswith("_total") else None)
-        kinds = {e.get("type") for e in entries or []}
-        kind = next(iter(kinds)) if len(kinds) == 1 else None
-        if kind not in ("counter", "gauge", "histogram"):
-            found = (
-                f"Prometheus reports {sorted(k or '?' for k in kinds)}"
-                if kinds
-                else "Prometheus has no metadata for it"
-            )
-            raise ConfigError(
-                f"metrics[{query.source_index}] {query.name}: type unknown ({found}); "
-                "set type: counter, gauge or histogram"
-            )
-        resolved: MetricKind = kind  # type: ignore[assignment]
-        return query.with_kind(resolved)
 
     # -- targets and how boundaries are observed -------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""Start-up checks of the configured metrics against Prometheus: their types, and expressions it rejects, by entry."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+from otel_bridge.errors import ConfigError, PrometheusAPIError
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql_plan import WINDOW_PLACEHOLDER, WindowPlan
+from otel_bridge.producers.promql_rules import counting
+from otel_bridge.prometheus import promql
+from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.window import MetricKind, StepWindow
+
+_QUERY_PARAMETER = 'invalid parameter "query": '
+
+
+def resolve_kind(query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) -> MetricQuery:
+    """``query`` with its type from Prometheus' metadata; a :class:`ConfigError` saying why when it cannot be known.
+
+    A name without metadata is usually misspelt (the closest known name is suggested); series that reach Prometheus
+    without metadata (remote write) need ``type`` in the config.
+    """
+    if not query.needs_kind:
+        return query
+    assert query.name is not None
+    base = query.name
+    entries = metadata.get(base) or (metadata.get(base[: -len("_total")]) if base.endswith("_total") else None)
+    kinds = {e.get("type") for e in entries or []}
+    kind = next(iter(kinds)) if len(kinds) == 1 else None
+    if kind in ("counter", "gauge", "histogram"):
+        resolved: MetricKind = kind  # type: ignore[assignment]
+        return query.with_kind(resolved)
+    entry = f"metrics[{query.source_index}] {query.name}"
+    if kinds:
+        raise ConfigError(
+            f"{entry}: type unknown (Prometheus reports {sorted(k or '?' for k in kinds)}); "
+            "set type: counter, gauge or histogram"
+        )
+    close = difflib.get_close_matches(query.name, list(metadata), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ConfigError(
+        f"{entry}: Prometheus does not know this metric{hint}; fix the name, or, if its series reach Prometheus "
+        "without metadata (remote write), set type: counter, gauge or histogram"
+    )
+
+
+def check_expressions(
+    client: PrometheusClient,
+    queries: Sequence[MetricQuery],
+    window: StepWindow,
+    increase_queries: Sequence[int],
+    *,
+    pad_s: float,
+) -> None:
+    """Evaluate one window's union once; when Prometheus rejects it, each query alone, to name the one it rejects."""
+    expression = WindowPlan(queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0).expression
+    if expression is None:
+        return
+    try:
+        client.query(expression, time=window.end)
+    except PrometheusAPIError as exc:
+        for query in queries:
+            if query.promql is not None:  # as written, so Prometheus' line:column points into it
+                alone: str | None = query.promql.replace(WINDOW_PLACEHOLDER, f"{promql.duration(pad_s):<7}")
+            else:
+                increases = [0] if counting(query) else []
+                plan = WindowPlan([query], window, increase_queries=increases, pad_s=pad_s, closing_s=0.0)
+                alone = plan.expression
+            try:
+                if alone is not None:
+                    client.query(alone, time=window.end)
+            except PrometheusAPIError as own:
+                raise ConfigError(_rejection(query, own)) from None
+        raise ConfigError(
+            f"Prometheus rejects the configured metrics together ({_api_error(exc)}); check the promql/name/labels "
+            "entries under metrics"
+        ) from None
+
+
+def _api_error(exc: PrometheusAPIError) -> str:
+    return f"{exc.error_type}: {(exc.error or '').removeprefix(_QUERY_PARAMETER)}"
+
+
+def _rejection(query: MetricQuery, exc: PrometheusAPIError) -> str:
+    """What to say about a query Prometheus rejects on its own: which entry, and Prometheus' words about it."""
+    if query.source_index < 0:  # not from a config (otel-bridge query EXPR)
+        return f"Prometheus rejects the expression ({_api_error(exc)})"
+    entry = f"metrics[{query.source_index}] ({query.key_name})"
+    if query.promql is not None:
+        return (
+            f"{entry}: Prometheus rejects its promql ({_api_error(exc)}; line:column count from the start of the "
+            f"expression as written, {WINDOW_PLACEHOLDER} included); fix the expression"
+        )
+    return f"{entry}: Prometheus rejects the query built from it ({_api_error(exc)}); check its name and labels"

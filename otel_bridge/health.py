@@ -43,6 +43,13 @@ class Health:
         with self._lock:
             self._gauges[(name, tuple(sorted((labels or {}).items())))] = value
 
+    def forget(self, name: str, labels: Mapping[str, str]) -> None:
+        """Drop the counter and gauge ``name`` with ``labels`` (e.g. a target that left): no later record has it."""
+        key = (name, tuple(sorted(labels.items())))
+        with self._lock:
+            self._counters.pop(key, None)
+            self._gauges.pop(key, None)
+
     def counter(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         """Current value of a counter (0 when never counted)."""
         with self._lock:

@@ -127,12 +127,15 @@ def counter_increase(samples: Sequence[Sample], window: StepWindow) -> float | N
     sample inside the window. A value lower than its predecessor is a counter reset (the process restarted and counted
     from zero), so the increment is the new value itself: a restart never yields a negative or inflated delta. A series
     without a baseline sample (it appeared during the window) contributes what it counted after its first sample.
-    ``None`` when the window has no start or the series has no sample in or before the window. NaN samples are skipped.
+    ``None`` when the window has no start or the series has no sample in or before the window. NaN samples are skipped;
+    a negative sample is read as zero (a reset), never as a negative increase.
     """
     if window.start is None:
         return None
     base = baseline(samples, window)
-    points = [v for _, v in ([base] if base is not None else []) + in_window(samples, window) if not math.isnan(v)]
+    # A counter is never negative: a sample below zero (a broken exporter) counts as a reset to zero.
+    window_samples = ([base] if base is not None else []) + in_window(samples, window)
+    points = [max(v, 0.0) for _, v in window_samples if not math.isnan(v)]
     if not points:
         return None
     total = 0.0

@@ -107,6 +107,7 @@ class ScrapeProducer:
         """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes."""
         urls = [t if "://" in t else f"http://{t}/metrics" for t in targets]
         with self._targets_lock:
+            previous = list(self._instances.values())
             current: dict[str, MetricsEndpoint | None] = {e.url: e for e in self._endpoints}
             endpoints = [current.pop(url, None) or self._new_endpoint(url) for url in dict.fromkeys(urls)]
             for gone in current.values():
@@ -118,6 +119,8 @@ class ScrapeProducer:
         with self._cond:
             for gone_instance in set(self._last_answer) - set(instances):
                 del self._last_answer[gone_instance]
+        for left in set(previous) - set(instances):
+            self._health.forget(SCRAPE_ERRORS, {"instance": left})
         for instance in instances:
             self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
         _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")

@@ -144,6 +144,11 @@ def test_ray_node_leaving_via_service_discovery_file(
     assert {s: received[s][DELTA] for s in range(8)} == loop.expected
     assert errors_b == 0  # a node that left is no longer scraped, so it is not an error
     assert [received[s]["actor/loss"] for s in range(8)] == [float(s) for s in range(8)]
+    # Issue 14 finding 21: the health keys of a target that left go with it; the live target's stay.
+    key_a, key_b = (f"{SCRAPE_ERRORS}/instance.{r.hostport.replace(':', '_')}" for r in (a, b))
+    assert key_b in received[2]
+    assert key_b not in received[7]
+    assert received[7][key_a] == 0
 
 
 def test_flapping_endpoint_is_logged_once(

@@ -1,0 +1,70 @@
+"""Sample values a counter can never have, served by a real local /metrics server on the scrape path (issue 14)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_bridge import Bridge
+from tests.faults.support import CollectingBackend, base_config
+from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+
+pytestmark = pytest.mark.integration
+
+DELTA = "rollout/vllm/generation_tokens_total/delta"
+METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]}]
+
+
+class CounterServer:
+    """Serves ``vllm:generation_tokens_total`` with whatever value the test sets, and counts the scrapes."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.scrapes = 0
+        self._lock = threading.Lock()
+        self.server = ScriptedHTTPServer(self._answer)
+
+    def _answer(self, request: RecordedRequest) -> Response:
+        with self._lock:
+            self.scrapes += 1
+            body = (
+                "# TYPE vllm:generation_tokens_total counter\n"
+                f'vllm:generation_tokens_total{{model_name="m"}} {self.value!r}\n'
+            )
+        return Response(body=body.encode(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self.value = value
+
+    def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
+        """Until the server has answered ``count`` scrapes (the boundary scrape runs on the bridge's sampler)."""
+        deadline = time.monotonic() + timeout_s
+        while self.scrapes < count:
+            assert time.monotonic() < deadline, f"{self.scrapes} scrapes, expected {count}"
+            time.sleep(0.005)
+
+
+def test_a_negative_counter_sample_never_gives_a_negative_delta(tmp_path: Path) -> None:
+    """Finding 13: 200 then -50 then 30. A counter is never negative: -50 is not a value (no increase from it, none
+    to it); 30 after 200 is a reset, so it counts 30."""
+    counter = CounterServer()
+    collecting = CollectingBackend()
+    scrape = {"targets": [f"127.0.0.1:{counter.server.port}"], "sample_interval_s": 0, "timeout_s": 2}
+    try:
+        counter.set(200.0)
+        with Bridge.from_config(base_config(tmp_path, "negative", scrape=scrape, metrics=METRICS),
+                                backends=[collecting]) as bridge:  # fmt: skip
+            for step, value in enumerate((-50.0, 30.0, 45.0)):
+                scraped = counter.scrapes
+                with bridge.step(step):
+                    counter.wait_for_scrapes(scraped + 1)  # the step's start is read before the value changes
+                    counter.set(value)
+                bridge.collect(step)
+    finally:
+        counter.server.close()
+    deltas = {step: values[DELTA] for step, values in collecting.by_step().items()}
+    assert deltas == {0: 0.0, 1: 30.0, 2: 15.0}

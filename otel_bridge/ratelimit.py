@@ -21,8 +21,11 @@ class RateLimitedLogger:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def log(self, level: int, key: str, message: str, *args: object) -> bool:
-        """Log ``message % args`` unless ``key`` was logged within the interval; returns whether it was logged."""
+    def log(self, level: int, key: str, message: str, *args: object, exc_info: bool = False) -> bool:
+        """Log ``message % args`` unless ``key`` was logged within the interval; returns whether it was logged.
+
+        ``exc_info`` adds the exception being handled (with its traceback) to the record.
+        """
         now = self._clock()
         with self._lock:
             last = self._last.get(key)
@@ -36,16 +39,16 @@ class RateLimitedLogger:
                 message = message.replace("%", "%%")
             message += " (repeated %d more times since last logged)"
             args = (*args, suppressed)
-        self._logger.log(level, message, *args)
+        self._logger.log(level, message, *args, exc_info=exc_info)
         return True
 
     def warning(self, key: str, message: str, *args: object) -> bool:
         """:meth:`log` at WARNING."""
         return self.log(logging.WARNING, key, message, *args)
 
-    def error(self, key: str, message: str, *args: object) -> bool:
+    def error(self, key: str, message: str, *args: object, exc_info: bool = False) -> bool:
         """:meth:`log` at ERROR."""
-        return self.log(logging.ERROR, key, message, *args)
+        return self.log(logging.ERROR, key, message, *args, exc_info=exc_info)
 
     def forget(self, key: str) -> None:
         """Let the next message for ``key`` through (e.g. after the condition cleared)."""

@@ -202,6 +202,19 @@ class ScrapeProducer:
             self._health.count(SCRAPE_ERRORS, labels={"instance": instance})
             self._warn.warning(f"scrape:{endpoint.url}", "%s", exc)
             return None
+        except Exception as exc:  # noqa: BLE001 - the sampler thread must outlive any one target's failure
+            # Not a typed error: a bug below (the HTTP stack, the parser). Counted and logged with its traceback,
+            # and only this target's scrape is lost; the sampler goes on for the others.
+            self._health.count(SCRAPE_ERRORS, labels={"instance": instance})
+            self._warn.error(
+                f"scrape-bug:{endpoint.url}",
+                "scraping %s failed with an unexpected %s: %s (please report it)",
+                instance,
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            return None
         # No forget() on success: a flapping endpoint would otherwise log every failed scrape.
         return families
 

@@ -183,3 +183,28 @@ def test_flapping_endpoint_is_logged_once(
     assert errors >= 9
     assert [collecting.by_step()[s]["actor/loss"] for s in range(10)] == [float(s) for s in range(10)]
     assert count_logs(caplog, hostport) == 1
+
+
+@pytest.mark.parametrize("location", ["http://[::1", "http://127.0.0.1:1/\udcff"], ids=["bad-ipv6", "non-utf8"])
+def test_a_malformed_redirect_does_not_stop_the_sampler(tmp_path: Path, replicas: list[Replica], location: str) -> None:
+    """Issue 14 finding 2: one target answering with a malformed ``Location`` is a scrape error of that target; the
+    sampler thread lives on and the healthy target is still read at every step."""
+    a = replicas[0]
+    raw = location.encode("utf-8", "surrogateescape").decode("latin-1")  # the header's bytes as sent
+
+    def redirect(_request: RecordedRequest) -> Response:
+        return Response(status=302, headers={"Location": raw})
+
+    collecting = CollectingBackend()
+    with ScriptedHTTPServer(redirect) as server:
+        bad = server.url.split("//", 1)[1]
+        config = scrape_config(tmp_path, "redirect", {"targets": [a.hostport, f"{server.url}/metrics"]})
+        scraped = {a: 1}
+        with Bridge.from_config(config, backends=[collecting]) as bridge:
+            loop = Loop(bridge, collecting)
+            for step in range(4):
+                loop.step(step, {a: 3 + step}, [a], scraped)
+            errors = bridge.health.counter(SCRAPE_ERRORS, {"instance": bad})
+    received = collecting.by_step()
+    assert {s: received[s][DELTA] for s in range(4)} == loop.expected
+    assert errors >= 8  # every boundary scrape of the redirecting target failed, and was counted

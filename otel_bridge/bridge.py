@@ -23,13 +23,9 @@ import atexit
 import dataclasses
 import logging
 import math
-import os
 import re
-import shutil
-import signal
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,31 +37,24 @@ from typing import Any
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
-from otel_bridge.config import AUTO, BridgeConfig
-from otel_bridge.discovery import (
-    RolloutServers,
-    TargetWatcher,
-    ray_service_discovery_targets,
-    rollout_targets,
-)
-from otel_bridge.errors import BridgeClosedError, ConfigError, DeliveryTimeoutError, DiscoveryError, StepOrderError
-from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.build import build_producers, create_backends, process_rank
+from otel_bridge.config import BridgeConfig
+from otel_bridge.discovery import RolloutServers, TargetWatcher
+from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
+from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryStatus
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import NONFINITE_VALUES, Health
 from otel_bridge.meter_provider import build_extra_readers, build_resource
-from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql import PromQLProducer
-from otel_bridge.producers.scrape import ScrapeProducer
-from otel_bridge.prometheus.connect import connect
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
+from otel_bridge.records import RecordStore
+from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
-_KEPT_RECORDS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,29 +90,31 @@ class Bridge:
         self._watchers: list[TargetWatcher] = []
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
         delivery = config.delivery
-        self.rank = _rank(config)
+        self.rank = process_rank(config)
         self.delivers = self.rank == delivery.rank
-        self._records: OrderedDict[int, StepRecord] = OrderedDict()
-        self._records_cond = threading.Condition()
+        self._records = RecordStore()
         try:
             # Everything that can fail at start-up runs before the trackers are created, so a failed start leaves no
             # empty wandb/MLflow run and no empty run directory behind.
             if not self.delivers:
                 self._producers = []
                 _log.info("otel-bridge: rank %d does not deliver (delivery.rank is %d)", self.rank, delivery.rank)
+            elif producers is not None:
+                self._producers = producers
             else:
-                self._producers = producers if producers is not None else self._build_producers(rollout_servers)
+                built = build_producers(config, self.health, rollout_servers)
+                self._producers, self._watchers = built.producers, built.watchers
             for producer in self._producers:
                 if isinstance(producer, ProducerLifecycle):
                     producer.start()
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
-            created = self._create_backends() if self.delivers else []
+            created = create_backends(config, self.run_dir) if self.delivers else []
             self.exporter = TrackerExporter(
                 [*created, *backends] if self.delivers else [],
                 infra_prefix=config.naming.infra_prefix,
                 health=self.health,
-                on_record=self._remember,
+                on_record=self._records.add,
                 warn_interval_s=delivery.warn_interval_s,
                 retries=delivery.backend_retries,
                 backoff_s=delivery.backend_backoff_s,
@@ -160,30 +151,14 @@ class Bridge:
         self._closed = False
         self._report: DeliveryReport | None = None
         atexit.register(self._close_at_exit)
-        _exit_on_sigterm()
+        if config.run.handle_sigterm:
+            self.handle_sigterm()
         _log.info(
             "otel-bridge: run %s, %d producer(s), trackers %s",
             self.run_dir,
             len(self._producers),
             self.backend_names,
         )
-
-    def _create_backends(self) -> list[Backend]:
-        """The configured trackers; when one cannot be created, those already created are closed and a run directory
-        this call created is removed, so that a failed start leaves no empty run behind."""
-        run_dir_existed = self.run_dir.exists()
-        created: list[Backend] = []
-        try:
-            for tracker in self.config.trackers:
-                created.append(create_backend(tracker.type, tracker.options(), self.run_dir))
-        except BaseException:
-            for backend in created:
-                backend.close()
-            if not run_dir_existed and self.run_dir.is_dir():
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-                _log.info("otel-bridge: removed %s, created by this failed start", self.run_dir)
-            raise
-        return created
 
     @classmethod
     def from_config(
@@ -203,101 +178,6 @@ class Bridge:
         cannot work: nothing is left running in that case.
         """
         return cls(BridgeConfig.load(config), backends=backends, rollout_servers=rollout_servers)
-
-    def _build_producers(self, rollout_servers: RolloutServers | None) -> list[MetricProducer]:
-        config = self.config
-        queries = resolve_metrics(config.metrics)
-        source = config.resolved_source()
-        if not queries or source is None:
-            return []
-        delivery = config.delivery
-        strict = config.startup == "strict"
-        if source == "promql":
-            prom = config.prometheus
-            assert prom.url is not None
-            client = connect(prom)
-
-            def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> ScrapeProducer:
-                return self._new_scrape_producer(urls, counting, strict=True, discovered=False)
-
-            return [
-                PromQLProducer(
-                    client,
-                    queries,
-                    scrape_interval_s=prom.scrape_interval_s,
-                    boundary=prom.boundary,
-                    boundary_max_targets=prom.boundary_max_targets,
-                    recording_rules=prom.recording_rules,
-                    boundary_scraper=boundary_scraper,
-                    refresh_interval_s=config.scrape.refresh_interval_s,
-                    health=self.health,
-                    warn_interval_s=delivery.warn_interval_s,
-                    strict=strict,
-                )
-            ]
-        return [self._build_scrape_producer(queries, rollout_servers, strict)]
-
-    def _new_scrape_producer(
-        self, targets: Sequence[str], queries: Sequence[MetricQuery], *, strict: bool, discovered: bool
-    ) -> ScrapeProducer:
-        config = self.config
-        scrape = config.scrape
-        tls = scrape.tls
-        verify: bool | str = str(tls.ca_file) if tls.ca_file and tls.verify else tls.verify
-        cert: tuple[str, str] | str | None = None
-        if tls.cert_file is not None:
-            cert = (str(tls.cert_file), str(tls.key_file)) if tls.key_file else str(tls.cert_file)
-        return ScrapeProducer(
-            targets,
-            queries,
-            timeout_s=scrape.timeout_s,
-            sample_interval_s=scrape.sample_interval_s,
-            max_response_bytes=scrape.max_response_bytes,
-            verify=verify,
-            cert=cert,
-            health=self.health,
-            produce_timeout_s=config.delivery.produce_timeout_s,
-            warn_interval_s=config.delivery.warn_interval_s,
-            strict=strict,
-            discovered=discovered,
-        )
-
-    def _build_scrape_producer(
-        self, queries: list[MetricQuery], rollout_servers: RolloutServers | None, strict: bool
-    ) -> ScrapeProducer:
-        config = self.config
-        scrape = config.scrape
-        static = config.scrape_targets
-        registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
-        discovered = scrape.targets == AUTO
-        producer = self._new_scrape_producer([*static, *registered], queries, strict=strict, discovered=discovered)
-        if discovered:
-
-            def resolve() -> list[str]:
-                found = ray_service_discovery_targets(scrape.ray_service_discovery_file, temp_dir=scrape.ray_temp_dir)
-                again = rollout_targets(rollout_servers) if rollout_servers is not None else []
-                return sorted({*found, *again, *static})
-
-            try:
-                initial = resolve()
-            except DiscoveryError:
-                if strict:
-                    producer.close()
-                    raise
-                _log.warning("scrape targets not found yet; retrying every %.0fs", scrape.refresh_interval_s)
-                initial = []
-            producer.set_targets(initial)
-            self._watchers.append(
-                TargetWatcher(
-                    resolve,
-                    producer.set_targets,
-                    interval_s=scrape.refresh_interval_s,
-                    initial=initial,
-                    name="scrape targets",
-                    warn_interval_s=config.delivery.warn_interval_s,
-                )
-            )
-        return producer
 
     @property
     def backend_names(self) -> list[str]:
@@ -443,33 +323,26 @@ class Bridge:
             except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
                 _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
 
-    def _remember(self, record: StepRecord) -> None:
-        with self._records_cond:
-            self._records[record.step] = record
-            while len(self._records) > _KEPT_RECORDS:
-                self._records.popitem(last=False)
-            self._records_cond.notify_all()
-
     def collect(self, step: int, timeout_s: float = 60.0) -> dict[str, float]:
         """The record delivered for ``step`` as ``{key: value}``, waiting for its delivery (up to ``timeout_s``)."""
         if self._pending is not None and self._pending.window.step == step:
             self.commit()
-        deadline = time.monotonic() + timeout_s
-        with self._records_cond:
-            while step not in self._records:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise DeliveryTimeoutError(
-                        f"step {step} was not delivered within {timeout_s}s (was it logged? recent steps: "
-                        f"{list(self._records)[-5:]})"
-                    )
-                self._records_cond.wait(remaining)
-            return dict(self._records[step].values)
+        return dict(self._records.wait(step, timeout_s).values)
 
     def record(self, step: int) -> StepRecord | None:
         """The full record delivered for ``step`` (one of the last 1000), or ``None``."""
-        with self._records_cond:
-            return self._records.get(step)
+        return self._records.get(step)
+
+    def handle_sigterm(self) -> bool:
+        """Make SIGTERM raise ``SystemExit(143)`` so that ``finally`` blocks and the ``atexit`` close run and the
+        records of finished steps are delivered before the process exits.
+
+        Opt-in (``run.handle_sigterm: true`` does it at construction; :func:`install` does it by default): a library
+        must not take over a process' signals unasked. Only on the main thread and only while SIGTERM has its default
+        action; a handler installed by the trainer or its framework is never replaced. Returns whether the handler
+        is in place.
+        """
+        return exit_on_sigterm()
 
     def close(self, timeout_s: float | None = None) -> DeliveryReport:
         """Deliver every pending step (up to ``timeout_s``, default ``delivery.close_timeout_s``), then shut down.
@@ -530,36 +403,6 @@ class Bridge:
         return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
 
 
-def _raise_system_exit(signum: int, frame: object) -> None:
-    """SIGTERM handler installed by :func:`_exit_on_sigterm`: exit through ``SystemExit`` so cleanup runs."""
-    raise SystemExit(128 + signum)
-
-
-def _exit_on_sigterm() -> None:
-    """Turn SIGTERM into ``SystemExit`` (so ``finally`` blocks and the ``atexit`` close run) when that is safe.
-
-    Only on the main thread and only when SIGTERM still has its default action: a handler the trainer (or its
-    framework) installed is never replaced. With the default action the process would die without delivering
-    the records of finished steps.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_system_exit)
-        _log.debug("otel-bridge: SIGTERM now raises SystemExit so pending records are delivered before exit")
-
-
-def _rank(config: BridgeConfig) -> int:
-    """This process' rank: ``otel.rank``, else ``$RANK``, else 0."""
-    if config.otel.rank is not None:
-        return config.otel.rank
-    raw = os.environ.get("RANK", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"$RANK must be an integer, got {raw!r}; or set otel.rank") from None
-
-
 def _ranges(steps: list[int]) -> str:
     """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
     out: list[str] = []
@@ -571,13 +414,19 @@ def _ranges(steps: list[int]) -> str:
     return ", ".join(out)
 
 
-def install(config: str | Path | Mapping[str, Any] | BridgeConfig | None = None) -> Bridge:
+def install(
+    config: str | Path | Mapping[str, Any] | BridgeConfig | None = None, *, handle_sigterm: bool = True
+) -> Bridge:
     """Build a :class:`Bridge` and make its MeterProvider the global OpenTelemetry one.
 
     After this, ``opentelemetry.metrics.get_meter(...)`` anywhere in the trainer creates instruments that land in the
     per-step record (and, as configured under ``otel``, on a Prometheus ``/metrics`` endpoint and an OTLP collector)::
 
         bridge = otel_bridge.install("otel-bridge.yaml")
+
+    Like the global MeterProvider, SIGTERM is process-wide: unless ``handle_sigterm=False``, SIGTERM then raises
+    ``SystemExit(143)`` so the records of finished steps are delivered before exit (see :meth:`Bridge.handle_sigterm`;
+    a handler already installed is kept).
 
     Raises :class:`~otel_bridge.errors.ConfigError` when another global MeterProvider is already installed (OTel allows
     setting it once per process).
@@ -592,4 +441,6 @@ def install(config: str | Path | Mapping[str, Any] | BridgeConfig | None = None)
             "a global OpenTelemetry MeterProvider is already set in this process (OTel allows one): call "
             "otel_bridge.install() before anything else sets it, or use Bridge.from_config() and bridge.meter()"
         )
+    if handle_sigterm:
+        bridge.handle_sigterm()
     return bridge

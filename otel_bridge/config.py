@@ -12,6 +12,7 @@ Environment overrides (applied after the file/dict, before validation):
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Mapping
@@ -22,7 +23,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from otel_bridge.errors import ConfigError
-from otel_bridge.prometheus.promql import parse_duration
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
 ENV_PREFIX = "OTEL_BRIDGE__"
@@ -278,10 +278,17 @@ class NamingConfig(_Model):
 
 
 class RunConfig(_Model):
-    """Where this run's files go: ``<dir>/<name>/``."""
+    """Where this run's files go (``<dir>/<name>/``), and how the run ends."""
 
     name: str | None = Field(None, description="Run name; default: otel-bridge-<UTC timestamp>.")
     dir: Path = Field(Path("runs"), description="Parent directory of run folders.")
+    handle_sigterm: bool = Field(
+        False,
+        description=(
+            "Make SIGTERM raise SystemExit(143) (main thread, default action only) so pending records are delivered "
+            "before exit. Off by default: a library does not take over the process' signals; install() turns it on."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -402,44 +409,6 @@ class BridgeConfig(_Model):
         return None
 
     @classmethod
-    def from_verl(
-        cls,
-        prometheus_cfg: Any,
-        *,
-        prefix: str = "rollout",
-        metrics_to_log: list[str] | None = None,
-        **overrides: Any,
-    ) -> BridgeConfig:
-        """A config from verl's rollout ``PrometheusConfig`` (an object or a mapping).
-
-        ``enable`` switches the infrastructure metrics on; ``port`` is Prometheus' port on the Ray head (found as
-        ``prometheus.url: auto``); ``file`` is the prometheus.yml verl writes (its ``global.scrape_interval`` is used);
-        ``served_model_name`` selects that model's series; ``metrics_to_log`` (on the object, or as an argument) lists
-        the metric names to log, default the ``vllm`` preset. Keys start with ``prefix`` (``rollout/vllm/...``).
-        ``overrides`` are further top-level config sections (``trackers=[...]``, ``run={...}``).
-        """
-
-        def field(name: str, default: Any = None) -> Any:
-            if isinstance(prometheus_cfg, Mapping):
-                return prometheus_cfg.get(name, default)
-            return getattr(prometheus_cfg, name, default)
-
-        data: dict[str, Any] = {"naming": {"infra_prefix": prefix}, **overrides}
-        if not field("enable", False):
-            return cls.from_dict(data)
-        names = metrics_to_log if metrics_to_log is not None else field("metrics_to_log")
-        model = field("served_model_name")
-        labels = {"model_name": model} if model else {}
-        entries = [{"name": name} for name in names] if names else _preset_entries("vllm")
-        metrics = [{**entry, "labels": labels} for entry in entries]
-        prometheus: dict[str, Any] = {"url": AUTO, "ray_port": int(field("port", 9090))}
-        interval = _scrape_interval_from(field("file"))
-        if interval is not None:
-            prometheus["scrape_interval_s"] = interval
-        data.update({"prometheus": prometheus, "metrics": metrics})
-        return cls.from_dict(data)
-
-    @classmethod
     def load(
         cls,
         source: str | Path | Mapping[str, Any] | BridgeConfig | None = None,
@@ -451,9 +420,9 @@ class BridgeConfig(_Model):
         if source is None:
             data: dict[str, Any] = {}
         elif isinstance(source, str | Path):
-            data = _read_yaml(Path(source))
+            data = read_yaml(Path(source))
         elif isinstance(source, Mapping):
-            data = _deep_copy(source)
+            data = copy.deepcopy(dict(source))
         else:
             raise ConfigError(f"config must be a path, a mapping or a BridgeConfig, not {type(source).__name__}")
         data = apply_env_overrides(data, os.environ if environ is None else environ)
@@ -468,25 +437,8 @@ class BridgeConfig(_Model):
             raise ConfigError(format_validation_error(exc, cls)) from None
 
 
-def _preset_entries(name: str) -> list[dict[str, Any]]:
-    from otel_bridge.producers.presets import PRESETS
-
-    return [dict(entry) for entry in PRESETS[name]]
-
-
-def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
-    """``global.scrape_interval`` of a prometheus.yml, in seconds (``None`` when the file is absent or silent)."""
-    if not file or not Path(file).is_file():
-        return None
-    config = _read_yaml(Path(file))
-    text = str((config.get("global") or {}).get("scrape_interval", ""))
-    try:
-        return parse_duration(text)
-    except ConfigError:
-        return None
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file); a :class:`ConfigError` otherwise."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -504,17 +456,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
-def _deep_copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_deep_copy(v) for v in value]
-    return value
-
-
 def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """Return ``data`` with ``OTEL_BRIDGE__A__B=value`` and ``OTEL_BRIDGE_PROMETHEUS_URL`` applied."""
-    out: dict[str, Any] = _deep_copy(data)
+    out: dict[str, Any] = copy.deepcopy(data)
     overrides: list[tuple[list[str], str]] = []
     configured_url = (out.get("prometheus") or {}).get("url") if isinstance(out.get("prometheus"), dict) else None
     if environ.get(ENV_PROMETHEUS_URL) and configured_url in (None, AUTO):
@@ -531,7 +475,7 @@ def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dic
         for part in path[:-1]:
             child = node.get(part)
             if not isinstance(child, dict):
-                child = {}
+                child = dict(child) if isinstance(child, Mapping) else {}
                 node[part] = child
             node = child
         node[path[-1]] = value

@@ -5,9 +5,8 @@ delivery worker, every producer's readings for the step's window, and hands one 
 Python SDK has no MetricProducer yet, so :class:`MetricProducer` is the OTel spec's interface with the step window
 added.
 
-Each ``MetricsData`` carries the window itself as the scope ``otel_bridge.window`` (metric ``otel_bridge.step``: value
-= step, ``start_time_unix_nano`` = window start or 0, ``time_unix_nano`` = window end), so an exporter needs nothing
-else to place the record.
+The shape of the ``MetricsData`` it assembles (scopes, attributes, the window metric) is defined in
+:mod:`otel_bridge.schema`.
 """
 
 from __future__ import annotations
@@ -20,32 +19,28 @@ from typing import Any, Protocol, runtime_checkable
 from opentelemetry.sdk.metrics import Histogram
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    Gauge,
     Metric,
     MetricExporter,
     MetricReader,
     MetricsData,
-    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
 from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 
-WINDOW_SCOPE = "otel_bridge.window"
-INFRA_SCOPE = "otel_bridge.infrastructure"
-TRAINER_SCOPE = "otel_bridge.trainer"
-HEALTH_SCOPE = "otel_bridge.health"
-STEP_METRIC = "otel_bridge.step"
-STAT_ATTRIBUTE = "otel_bridge.stat"
-INFRA_DROPPED_ATTRIBUTE = "otel_bridge.infra_dropped"
+__all__ = ["STAT_ATTRIBUTE", "MetricProducer", "ProducerLifecycle", "StepMetricReader", "gauge_metric"]
+"""``STAT_ATTRIBUTE`` and ``gauge_metric`` stay importable from here, where they were defined before
+:mod:`otel_bridge.schema`."""
 
 
 @runtime_checkable
@@ -72,30 +67,6 @@ class ProducerLifecycle(Protocol):
     def close(self) -> None:
         """Release threads and connections."""
         ...
-
-
-def _ns(t: float | None) -> int:
-    return 0 if t is None else round(t * 1e9)
-
-
-def gauge_metric(name: str, points: Sequence[tuple[Mapping[str, Any], float]], window: StepWindow) -> Metric:
-    """An OTel ``Metric`` holding gauge points stamped with the window (start = window start, time = window end)."""
-    return Metric(
-        name=name,
-        description="",
-        unit="",
-        data=Gauge(
-            data_points=[
-                NumberDataPoint(
-                    attributes=dict(attributes),
-                    start_time_unix_nano=_ns(window.start),
-                    time_unix_nano=_ns(window.end),
-                    value=value,
-                )
-                for attributes, value in points
-            ]
-        ),
-    )
 
 
 class StepMetricReader(MetricReader):
@@ -148,25 +119,27 @@ class StepMetricReader(MetricReader):
         With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped) and the
         window metric carries the attribute ``otel_bridge.infra_dropped``.
         """
-        window_attributes = {} if produce else {INFRA_DROPPED_ATTRIBUTE: True}
+        window_attributes = {} if produce else {schema.INFRA_DROPPED_ATTRIBUTE: True}
         scopes = [
             ScopeMetrics(
-                scope=InstrumentationScope(WINDOW_SCOPE),
-                metrics=[gauge_metric(STEP_METRIC, [(window_attributes, float(window.step))], window)],
+                scope=InstrumentationScope(schema.WINDOW_SCOPE),
+                metrics=[gauge_metric(schema.STEP_METRIC, [(window_attributes, float(window.step))], window)],
                 schema_url="",
             )
         ]
         if trainer_values:
             metrics = [gauge_metric(key, [({}, float(value))], window) for key, value in trainer_values.items()]
-            scopes.append(ScopeMetrics(scope=InstrumentationScope(TRAINER_SCOPE), metrics=metrics, schema_url=""))
+            scopes.append(
+                ScopeMetrics(scope=InstrumentationScope(schema.TRAINER_SCOPE), metrics=metrics, schema_url="")
+            )
         infra = self._produce(window) if produce else []
         if infra:
-            scopes.append(ScopeMetrics(scope=InstrumentationScope(INFRA_SCOPE), metrics=infra, schema_url=""))
+            scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.INFRA_SCOPE), metrics=infra, schema_url=""))
         health = [
             gauge_metric(name, [(dict(labels), value)], window) for name, labels, value in self._health.snapshot()
         ]
         if health:
-            scopes.append(ScopeMetrics(scope=InstrumentationScope(HEALTH_SCOPE), metrics=health, schema_url=""))
+            scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.HEALTH_SCOPE), metrics=health, schema_url=""))
         own = ResourceMetrics(resource=self._resource, scope_metrics=scopes, schema_url="")
         return MetricsData(resource_metrics=[own, *instruments])
 

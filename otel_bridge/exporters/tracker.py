@@ -42,7 +42,7 @@ from otel_bridge.exporters.naming import KeyRegistry, infra_key, sanitize_key, t
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.reader import (
+from otel_bridge.schema import (
     HEALTH_SCOPE,
     INFRA_DROPPED_ATTRIBUTE,
     INFRA_SCOPE,

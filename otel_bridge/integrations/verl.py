@@ -20,7 +20,9 @@ otel-bridge record per step with the rollout servers' metrics of that step besid
     logger.finish()                                       # delivers what is pending, closes the trackers
 
 verl's own trainer builds ``Tracking`` inside ``RayPPOTrainer.fit()`` from ``verl.utils.tracking``; call
-:func:`patch_verl` before ``fit()`` to make it build this one instead.
+:func:`patch_verl` before ``fit()`` to make it build this one instead. A trainer that builds its own
+:class:`~otel_bridge.Bridge` gets its configuration from verl's rollout ``PrometheusConfig`` with
+:func:`bridge_config_from_verl`. This module is otel-bridge's one verl entry point.
 
 **Backend names.** ``default_backend`` takes verl's names: ``console``, ``tensorboard``, ``wandb`` (and the
 deprecated ``tracking``), ``mlflow``, ``trackio``, plus otel-bridge's ``jsonl``, each mapped to the otel-bridge tracker
@@ -68,10 +70,12 @@ from types import TracebackType
 from typing import Any, Final
 
 from otel_bridge.bridge import Bridge, DeliveryReport
-from otel_bridge.config import BridgeConfig, RunConfig, TrackerConfig
+from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig, read_yaml
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import BACKENDS, Backend
 from otel_bridge.integrations import plain, save_hyperparameters
+from otel_bridge.producers.presets import PRESETS
+from otel_bridge.prometheus.promql import parse_duration
 from otel_bridge.ratelimit import RateLimitedLogger
 
 _log = logging.getLogger(__name__)
@@ -163,11 +167,61 @@ def verl_bridge_config(
     mapped = verl_trackers(default_backend, project_name, experiment_name, config)
     trackers = explicit + [tracker for tracker in mapped if tracker.type not in explicit_kinds]
     run_set = loaded.run.model_fields_set
-    run = RunConfig(
-        name=loaded.run.name if "name" in run_set else _safe_name(experiment_name),
-        dir=loaded.run.dir if "dir" in run_set else loaded.run.dir / _safe_name(project_name),
+    run = loaded.run.model_copy(
+        update={
+            "name": loaded.run.name if "name" in run_set else _safe_name(experiment_name),
+            "dir": loaded.run.dir if "dir" in run_set else loaded.run.dir / _safe_name(project_name),
+        }
     )
     return loaded.model_copy(update={"trackers": trackers, "run": run})
+
+
+def bridge_config_from_verl(
+    prometheus_cfg: Any,
+    *,
+    prefix: str = "rollout",
+    metrics_to_log: list[str] | None = None,
+    **overrides: Any,
+) -> BridgeConfig:
+    """A bridge config from verl's rollout ``PrometheusConfig`` (an object or a mapping), for a trainer that builds
+    its :class:`~otel_bridge.Bridge` itself instead of using :class:`Tracking`.
+
+    ``enable`` switches the infrastructure metrics on; ``port`` is Prometheus' port on the Ray head (found as
+    ``prometheus.url: auto``); ``file`` is the prometheus.yml verl writes (its ``global.scrape_interval`` is used);
+    ``served_model_name`` selects that model's series; ``metrics_to_log`` (on the object, or as an argument) lists
+    the metric names to log, default the ``vllm`` preset. Keys start with ``prefix`` (``rollout/vllm/...``).
+    ``overrides`` are further top-level config sections (``trackers=[...]``, ``run={...}``).
+    """
+
+    def field(name: str, default: Any = None) -> Any:
+        if isinstance(prometheus_cfg, Mapping):
+            return prometheus_cfg.get(name, default)
+        return getattr(prometheus_cfg, name, default)
+
+    data: dict[str, Any] = {"naming": {"infra_prefix": prefix}, **overrides}
+    if not field("enable", False):
+        return BridgeConfig.from_dict(data)
+    names = metrics_to_log if metrics_to_log is not None else field("metrics_to_log")
+    model = field("served_model_name")
+    labels = {"model_name": model} if model else {}
+    entries = [{"name": name} for name in names] if names else [dict(entry) for entry in PRESETS["vllm"]]
+    prometheus: dict[str, Any] = {"url": AUTO, "ray_port": int(field("port", 9090))}
+    interval = _scrape_interval_from(field("file"))
+    if interval is not None:
+        prometheus["scrape_interval_s"] = interval
+    data.update({"prometheus": prometheus, "metrics": [{**entry, "labels": labels} for entry in entries]})
+    return BridgeConfig.from_dict(data)
+
+
+def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
+    """``global.scrape_interval`` of a prometheus.yml, in seconds (``None`` when the file is absent or silent)."""
+    if not file or not Path(file).is_file():
+        return None
+    text = str((read_yaml(Path(file)).get("global") or {}).get("scrape_interval", ""))
+    try:
+        return parse_duration(text)
+    except ConfigError:
+        return None
 
 
 class Tracking:

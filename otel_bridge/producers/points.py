@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import Metric
 from otel_bridge.producers.aggregate import StatPoint
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.reader import STAT_ATTRIBUTE, gauge_metric
+from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
 from otel_bridge.window import StepWindow
 
 

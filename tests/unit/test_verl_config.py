@@ -1,11 +1,11 @@
-"""BridgeConfig.from_verl: verl's rollout PrometheusConfig fields map onto the bridge's config."""
+"""bridge_config_from_verl: verl's rollout PrometheusConfig fields map onto the bridge's config."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_bridge import BridgeConfig
+from otel_bridge.integrations.verl import bridge_config_from_verl
 from otel_bridge.producers.metric_set import resolve_metrics
 
 
@@ -20,7 +20,7 @@ class PrometheusConfig:
 
 
 def test_disabled_means_no_infrastructure_metrics() -> None:
-    config = BridgeConfig.from_verl(PrometheusConfig(enable=False))
+    config = bridge_config_from_verl(PrometheusConfig(enable=False))
     assert config.metrics == []
     assert config.resolved_source() is None
 
@@ -29,7 +29,7 @@ def test_enabled_reads_the_ray_head_prometheus_and_its_scrape_interval(tmp_path:
     prometheus_yml = tmp_path / "prometheus.yml"
     prometheus_yml.write_text("global:\n  scrape_interval: 10s\nscrape_configs: []\n")
     verl = PrometheusConfig(enable=True, port=9191, file=str(prometheus_yml), served_model_name="policy")
-    config = BridgeConfig.from_verl(verl, trackers=[{"type": "jsonl"}])
+    config = bridge_config_from_verl(verl, trackers=[{"type": "jsonl"}])
     assert config.prometheus.url == "auto"
     assert config.prometheus.ray_port == 9191
     assert config.prometheus.scrape_interval_s == 10.0
@@ -41,7 +41,7 @@ def test_enabled_reads_the_ray_head_prometheus_and_its_scrape_interval(tmp_path:
 
 def test_metrics_to_log_and_prefix_from_a_mapping() -> None:
     verl = {"enable": True, "port": 9090, "metrics_to_log": ["vllm:num_requests_running"], "file": "/nonexistent"}
-    config = BridgeConfig.from_verl(verl, prefix="infra")
+    config = bridge_config_from_verl(verl, prefix="infra")
     assert [m.name for m in config.metrics] == ["vllm:num_requests_running"]
     assert config.naming.infra_prefix == "infra"
     assert config.prometheus.scrape_interval_s == 15.0  # the file is absent: Prometheus' default stays

@@ -1,0 +1,188 @@
+"""Building the pipeline from configuration: the producers that read the infrastructure, their target watchers, and
+the tracker backends. :class:`~otel_bridge.bridge.Bridge` calls these once, at start-up; everything that can fail here
+fails before a tracker run is created.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from otel_bridge.config import AUTO, BridgeConfig, TLSConfig
+from otel_bridge.discovery import (
+    RolloutServers,
+    TargetWatcher,
+    ray_service_discovery_targets,
+    rollout_targets,
+)
+from otel_bridge.errors import ConfigError, DiscoveryError
+from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.health import Health
+from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
+from otel_bridge.producers.promql import PromQLProducer
+from otel_bridge.producers.scrape import ScrapeProducer
+from otel_bridge.prometheus.connect import connect
+from otel_bridge.reader import MetricProducer
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Producers:
+    """What :func:`build_producers` made: the producers, and the watchers that keep discovered targets current
+    (started by the caller once everything else is built)."""
+
+    producers: list[MetricProducer] = field(default_factory=list)
+    watchers: list[TargetWatcher] = field(default_factory=list)
+
+
+def build_producers(config: BridgeConfig, health: Health, rollout_servers: RolloutServers | None = None) -> Producers:
+    """The producers ``config`` asks for: a :class:`PromQLProducer` (``source: promql``), a :class:`ScrapeProducer`
+    (``source: scrape``), or none when no metrics or no source are configured.
+
+    Raises the start-up errors of ``startup: strict`` (unreachable Prometheus, no targets found...).
+    """
+    queries = resolve_metrics(config.metrics)
+    source = config.resolved_source()
+    if not queries or source is None:
+        return Producers()
+    strict = config.startup == "strict"
+    if source == "promql":
+        return Producers([_promql_producer(config, health, queries, strict)])
+    return _scrape_producers(config, health, queries, rollout_servers, strict)
+
+
+def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQuery], strict: bool) -> PromQLProducer:
+    prom = config.prometheus
+    assert prom.url is not None
+    client = connect(prom)
+
+    def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> ScrapeProducer:
+        return scrape_producer(config, health, urls, counting, strict=True, discovered=False)
+
+    return PromQLProducer(
+        client,
+        queries,
+        scrape_interval_s=prom.scrape_interval_s,
+        boundary=prom.boundary,
+        boundary_max_targets=prom.boundary_max_targets,
+        recording_rules=prom.recording_rules,
+        boundary_scraper=boundary_scraper,
+        refresh_interval_s=config.scrape.refresh_interval_s,
+        health=health,
+        warn_interval_s=config.delivery.warn_interval_s,
+        strict=strict,
+    )
+
+
+def _requests_tls(tls: TLSConfig) -> tuple[bool | str, tuple[str, str] | str | None]:
+    """``tls`` as the ``verify`` and ``cert`` arguments of an HTTP session."""
+    verify: bool | str = str(tls.ca_file) if tls.ca_file and tls.verify else tls.verify
+    cert: tuple[str, str] | str | None = None
+    if tls.cert_file is not None:
+        cert = (str(tls.cert_file), str(tls.key_file)) if tls.key_file else str(tls.cert_file)
+    return verify, cert
+
+
+def scrape_producer(
+    config: BridgeConfig,
+    health: Health,
+    targets: Sequence[str],
+    queries: Sequence[MetricQuery],
+    *,
+    strict: bool,
+    discovered: bool,
+) -> ScrapeProducer:
+    """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's timeouts, caps and TLS."""
+    scrape = config.scrape
+    verify, cert = _requests_tls(scrape.tls)
+    return ScrapeProducer(
+        targets,
+        queries,
+        health=health,
+        strict=strict,
+        discovered=discovered,
+        verify=verify,
+        cert=cert,
+        timeout_s=scrape.timeout_s,
+        sample_interval_s=scrape.sample_interval_s,
+        max_response_bytes=scrape.max_response_bytes,
+        produce_timeout_s=config.delivery.produce_timeout_s,
+        warn_interval_s=config.delivery.warn_interval_s,
+    )
+
+
+def _scrape_producers(
+    config: BridgeConfig,
+    health: Health,
+    queries: list[MetricQuery],
+    rollout_servers: RolloutServers | None,
+    strict: bool,
+) -> Producers:
+    scrape = config.scrape
+    static = config.scrape_targets
+    registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
+    discovered = scrape.targets == AUTO
+    producer = scrape_producer(config, health, [*static, *registered], queries, strict=strict, discovered=discovered)
+    if not discovered:
+        return Producers([producer])
+
+    def resolve() -> list[str]:
+        found = ray_service_discovery_targets(scrape.ray_service_discovery_file, temp_dir=scrape.ray_temp_dir)
+        again = rollout_targets(rollout_servers) if rollout_servers is not None else []
+        return sorted({*found, *again, *static})
+
+    try:
+        initial = resolve()
+    except DiscoveryError:
+        if strict:
+            producer.close()
+            raise
+        _log.warning("scrape targets not found yet; retrying every %.0fs", scrape.refresh_interval_s)
+        initial = []
+    producer.set_targets(initial)
+    watcher = TargetWatcher(
+        resolve,
+        producer.set_targets,
+        interval_s=scrape.refresh_interval_s,
+        initial=initial,
+        name="scrape targets",
+        warn_interval_s=config.delivery.warn_interval_s,
+    )
+    return Producers([producer], [watcher])
+
+
+def create_backends(config: BridgeConfig, run_dir: Path) -> list[Backend]:
+    """The configured trackers, writing under ``run_dir``.
+
+    When one cannot be created, those already created are closed and a run directory this call created is removed,
+    so that a failed start leaves no empty run behind.
+    """
+    run_dir_existed = run_dir.exists()
+    created: list[Backend] = []
+    try:
+        for tracker in config.trackers:
+            created.append(create_backend(tracker.type, tracker.options(), run_dir))
+    except BaseException:
+        for backend in created:
+            backend.close()
+        if not run_dir_existed and run_dir.is_dir():
+            shutil.rmtree(run_dir, ignore_errors=True)
+            _log.info("otel-bridge: removed %s, created by this failed start", run_dir)
+        raise
+    return created
+
+
+def process_rank(config: BridgeConfig) -> int:
+    """This process' rank: ``otel.rank``, else ``$RANK``, else 0."""
+    if config.otel.rank is not None:
+        return config.otel.rank
+    raw = os.environ.get("RANK", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"$RANK must be an integer, got {raw!r}; or set otel.rank") from None

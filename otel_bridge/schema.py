@@ -1,0 +1,57 @@
+"""The shape of one step's ``MetricsData``: scope names, attribute keys, and gauge points stamped with the window.
+
+The reader writes this shape, producers fill the infrastructure scope, and the tracker exporter reads it back; all
+three import it from here, so none of them depends on another for it.
+
+Each ``MetricsData`` carries the window itself as the scope :data:`WINDOW_SCOPE` (metric :data:`STEP_METRIC`: value =
+step, ``start_time_unix_nano`` = window start or 0, ``time_unix_nano`` = window end), so an exporter needs nothing
+else to place the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from opentelemetry.sdk.metrics.export import Gauge, Metric, NumberDataPoint
+
+from otel_bridge.window import StepWindow
+
+WINDOW_SCOPE: Final = "otel_bridge.window"
+"""Scope of the metric that places the record: :data:`STEP_METRIC`."""
+INFRA_SCOPE: Final = "otel_bridge.infrastructure"
+"""Scope of the producers' metrics (keys get ``naming.infra_prefix``)."""
+TRAINER_SCOPE: Final = "otel_bridge.trainer"
+"""Scope of the values passed to ``Bridge.log``."""
+HEALTH_SCOPE: Final = "otel_bridge.health"
+"""Scope of the bridge's own ``otel_bridge/*`` health metrics."""
+STEP_METRIC: Final = "otel_bridge.step"
+"""The window metric: value = step, start/time = the window's boundaries."""
+STAT_ATTRIBUTE: Final = "otel_bridge.stat"
+"""Data-point attribute naming the window statistic (``delta``, ``max``, ``p99``...)."""
+INFRA_DROPPED_ATTRIBUTE: Final = "otel_bridge.infra_dropped"
+"""Attribute of the window metric when the step's infrastructure readings were dropped."""
+
+
+def _ns(t: float | None) -> int:
+    return 0 if t is None else round(t * 1e9)
+
+
+def gauge_metric(name: str, points: Sequence[tuple[Mapping[str, Any], float]], window: StepWindow) -> Metric:
+    """An OTel ``Metric`` holding gauge points stamped with the window (start = window start, time = window end)."""
+    return Metric(
+        name=name,
+        description="",
+        unit="",
+        data=Gauge(
+            data_points=[
+                NumberDataPoint(
+                    attributes=dict(attributes),
+                    start_time_unix_nano=_ns(window.start),
+                    time_unix_nano=_ns(window.end),
+                    value=value,
+                )
+                for attributes, value in points
+            ]
+        ),
+    )

@@ -19,17 +19,40 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from otel_bridge.config_secrets import AuthConfig, TLSConfig
+from otel_bridge.config_sources import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, apply_env_overrides, read_yaml
 from otel_bridge.errors import ConfigError
+from otel_bridge.validation import format_validation_error
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
-ENV_PREFIX = "OTEL_BRIDGE__"
-ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
-AUTO = "auto"
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+__all__ = [
+    "AUTO",
+    "ENV_PREFIX",
+    "ENV_PROMETHEUS_URL",
+    "AuthConfig",
+    "BridgeConfig",
+    "DeliveryConfig",
+    "MetricConfig",
+    "NamingConfig",
+    "OTLPConfig",
+    "OTelConfig",
+    "PrometheusConfig",
+    "PrometheusEndpointConfig",
+    "RatioConfig",
+    "RunConfig",
+    "ScrapeConfig",
+    "TLSConfig",
+    "TrackerConfig",
+    "apply_env_overrides",
+    "format_validation_error",
+    "read_yaml",
+]
 
 
 class _Model(BaseModel):
@@ -40,77 +63,6 @@ def _check_http_url(value: str, key: str) -> str:
     if not re.match(r"^https?://[^/\s]+", value):
         raise ValueError(f"{key} must be an http:// or https:// URL, got {value!r}")
     return value.rstrip("/")
-
-
-class AuthConfig(_Model):
-    """Credentials for Prometheus. Secrets are read from an environment variable or a file, never inline."""
-
-    bearer_token_env: str | None = Field(None, description="Environment variable holding a bearer token.")
-    bearer_token_file: Path | None = Field(None, description="File holding a bearer token.")
-    username: str | None = Field(None, description="Basic-auth user name (the password comes from env or file).")
-    password_env: str | None = Field(None, description="Environment variable holding the basic-auth password.")
-    password_file: Path | None = Field(None, description="File holding the basic-auth password.")
-
-    @model_validator(mode="after")
-    def _one_scheme(self) -> Self:
-        bearer = self.bearer_token_env is not None or self.bearer_token_file is not None
-        basic = self.username is not None or self.password_env is not None or self.password_file is not None
-        if bearer and basic:
-            raise ValueError("use either a bearer token or basic auth (username + password), not both")
-        if self.bearer_token_env is not None and self.bearer_token_file is not None:
-            raise ValueError("set only one of bearer_token_env and bearer_token_file")
-        if self.password_env is not None and self.password_file is not None:
-            raise ValueError("set only one of password_env and password_file")
-        if basic and (self.username is None or (self.password_env is None and self.password_file is None)):
-            raise ValueError("basic auth needs username and one of password_env / password_file")
-        return self
-
-    def bearer_token(self, environ: Mapping[str, str] | None = None) -> str | None:
-        """The bearer token, read now from its environment variable or file."""
-        return _read_secret("bearer token", self.bearer_token_env, self.bearer_token_file, environ)
-
-    def basic_auth(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-        """``(username, password)``, the password read now from its environment variable or file."""
-        if self.username is None:
-            return None
-        password = _read_secret("password", self.password_env, self.password_file, environ)
-        assert password is not None  # the validator guarantees a source
-        return self.username, password
-
-
-def _read_secret(what: str, env: str | None, file: Path | None, environ: Mapping[str, str] | None) -> str | None:
-    environ = os.environ if environ is None else environ
-    if env is not None:
-        value = environ.get(env)
-        if not value:
-            raise ConfigError(f"the {what} comes from environment variable {env}, which is not set or empty: set it")
-        return value.strip()
-    if file is not None:
-        try:
-            value = file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the {what} file {file}: {exc.strerror}; fix the path") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"the {what} file {file} is not UTF-8 text; fix its content") from None
-        if not value:
-            raise ConfigError(f"the {what} file {file} is empty: put the {what} in it")
-        return value
-    return None
-
-
-class TLSConfig(_Model):
-    """TLS for HTTPS endpoints: verification is on unless switched off explicitly."""
-
-    verify: bool = True
-    ca_file: Path | None = Field(None, description="CA bundle to verify the server with (instead of the system one).")
-    cert_file: Path | None = Field(None, description="Client certificate (PEM).")
-    key_file: Path | None = Field(None, description="Client certificate key (PEM).")
-
-    @model_validator(mode="after")
-    def _cert_pair(self) -> Self:
-        if self.key_file is not None and self.cert_file is None:
-            raise ValueError("key_file needs cert_file")
-        return self
 
 
 class PrometheusConfig(_Model):
@@ -435,106 +387,3 @@ class BridgeConfig(_Model):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ConfigError(format_validation_error(exc, cls)) from None
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file); a :class:`ConfigError` otherwise."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not UTF-8 text") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
-    return {str(k): v for k, v in data.items()}
-
-
-def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Return ``data`` with ``OTEL_BRIDGE__A__B=value`` and ``OTEL_BRIDGE_PROMETHEUS_URL`` applied."""
-    out: dict[str, Any] = copy.deepcopy(data)
-    overrides: list[tuple[list[str], str]] = []
-    configured_url = (out.get("prometheus") or {}).get("url") if isinstance(out.get("prometheus"), dict) else None
-    if environ.get(ENV_PROMETHEUS_URL) and configured_url in (None, AUTO):
-        overrides.append((["prometheus", "url"], environ[ENV_PROMETHEUS_URL]))
-    for name, raw in sorted(environ.items()):
-        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            overrides.append(([part.lower() for part in name[len(ENV_PREFIX) :].split("__")], raw))
-    for path, raw in overrides:
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
-        node = out
-        for part in path[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = dict(child) if isinstance(child, Mapping) else {}
-                node[part] = child
-            node = child
-        node[path[-1]] = value
-    return out
-
-
-def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model class that owns the last element of ``loc`` (for listing allowed keys)."""
-    current: type[BaseModel] | None = model
-    for part in loc[:-1]:
-        if current is None:
-            return None
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(part)
-        if field is None:
-            return None
-        current = _model_type(field.annotation)
-    return current
-
-
-def _model_type(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_type(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _loc_text(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
-def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
-    """Turn pydantic's errors into lines that name the key and what is allowed."""
-    lines = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        key = _loc_text(loc)
-        kind = error["type"]
-        if kind == "extra_forbidden":
-            owner = _model_at(model, loc)
-            allowed = ", ".join(owner.model_fields) if owner else "see the README's config reference"
-            lines.append(f"unknown key '{key}'; allowed keys here: {allowed}")
-        elif kind == "literal_error":
-            expected = error.get("ctx", {}).get("expected", "")
-            lines.append(f"'{key}' = {error['input']!r} is not allowed; expected {expected}")
-        elif kind == "value_error":
-            message = str(error.get("ctx", {}).get("error", error["msg"]))
-            lines.append(f"'{key}': {message}" if loc else message)
-        elif kind == "missing":
-            lines.append(f"missing key '{key}'")
-        else:
-            lines.append(f"'{key}' = {error.get('input')!r}: {error['msg']}")
-    count = len(lines)
-    header = "invalid otel-bridge config" + (f" ({count} problems)" if count > 1 else "")
-    return header + ":\n  - " + "\n  - ".join(lines)

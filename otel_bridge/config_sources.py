@@ -1,0 +1,65 @@
+"""Where configuration values come from before validation: YAML files and ``OTEL_BRIDGE__...`` environment overrides.
+
+See :mod:`otel_bridge.config` for the rules; :meth:`BridgeConfig.load <otel_bridge.config.BridgeConfig.load>` applies
+them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from otel_bridge.errors import ConfigError
+
+ENV_PREFIX = "OTEL_BRIDGE__"
+ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
+AUTO = "auto"
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file); a :class:`ConfigError` otherwise."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
+    return {str(k): v for k, v in data.items()}
+
+
+def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Return ``data`` with ``OTEL_BRIDGE__A__B=value`` and ``OTEL_BRIDGE_PROMETHEUS_URL`` applied."""
+    out: dict[str, Any] = copy.deepcopy(data)
+    overrides: list[tuple[list[str], str]] = []
+    configured_url = (out.get("prometheus") or {}).get("url") if isinstance(out.get("prometheus"), dict) else None
+    if environ.get(ENV_PROMETHEUS_URL) and configured_url in (None, AUTO):
+        overrides.append((["prometheus", "url"], environ[ENV_PROMETHEUS_URL]))
+    for name, raw in sorted(environ.items()):
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            overrides.append(([part.lower() for part in name[len(ENV_PREFIX) :].split("__")], raw))
+    for path, raw in overrides:
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = dict(child) if isinstance(child, Mapping) else {}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+    return out

@@ -1,0 +1,69 @@
+"""Validation errors as users read them: every problem on its own line, naming the key and what is allowed.
+
+Used for the main configuration (:mod:`otel_bridge.config`) and for every tracker's options
+(:mod:`otel_bridge.exporters.backends.options`), so both read the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model class that owns the last element of ``loc`` (for listing allowed keys)."""
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        if current is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = _model_type(field.annotation)
+    return current
+
+
+def _model_type(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_type(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _loc_text(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel], what: str = "otel-bridge config") -> str:
+    """Turn pydantic's errors into lines that name the key and what is allowed, under the header ``invalid <what>``."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        key = _loc_text(loc)
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            owner = _model_at(model, loc)
+            allowed = ", ".join(owner.model_fields) if owner else "see the README's config reference"
+            lines.append(f"unknown key '{key}'; allowed keys here: {allowed}")
+        elif kind == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            lines.append(f"'{key}' = {error['input']!r} is not allowed; expected {expected}")
+        elif kind == "value_error":
+            message = str(error.get("ctx", {}).get("error", error["msg"]))
+            lines.append(f"'{key}': {message}" if loc else message)
+        elif kind == "missing":
+            lines.append(f"missing key '{key}'")
+        else:
+            lines.append(f"'{key}' = {error.get('input')!r}: {error['msg']}")
+    count = len(lines)
+    header = f"invalid {what}" + (f" ({count} problems)" if count > 1 else "")
+    return header + ":\n  - " + "\n  - ".join(lines)

@@ -20,7 +20,8 @@ from otel_bridge.discovery import (
     rollout_targets,
 )
 from otel_bridge.errors import ConfigError, DiscoveryError
-from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer

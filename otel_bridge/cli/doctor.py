@@ -511,7 +511,7 @@ class Doctor:
             self._check_tracker(tracker)
 
     def _check_tracker(self, tracker: TrackerConfig) -> None:
-        from otel_bridge.exporters.backends.base import create_backend
+        from otel_bridge.exporters.backends.registry import create_backend
         from otel_bridge.exporters.record import StepRecord
 
         name = f"tracker {tracker.type}"

@@ -72,7 +72,8 @@ from typing import Any, Final
 from otel_bridge.bridge import Bridge, DeliveryReport
 from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig, read_yaml
 from otel_bridge.errors import ConfigError
-from otel_bridge.exporters.backends.base import BACKENDS, Backend
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.backends.registry import BACKENDS
 from otel_bridge.integrations import plain, save_hyperparameters
 from otel_bridge.producers.presets import PRESETS
 from otel_bridge.prometheus.promql import parse_duration

@@ -25,7 +25,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from otel_bridge import Bridge, ConfigError
 from otel_bridge.errors import StepOrderError
-from otel_bridge.exporters.backends.base import BACKENDS
+from otel_bridge.exporters.backends.registry import BACKENDS
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import FIRST_STEP_NOTE
 from otel_bridge.integrations import HPARAMS_FILE, LATE_VALUES, numeric_items, save_hyperparameters

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from otel_bridge import Bridge, BridgeConfig, ConfigError
 from otel_bridge.errors import BackendError
-from otel_bridge.exporters.backends.base import create_backend
+from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import NONFINITE_VALUES
 from tests.conftest import Replica
 from tests.faults.support import CollectingBackend

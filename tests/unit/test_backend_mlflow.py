@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.mlflow import MAX_METRICS_PER_BATCH, MlflowBackend, mlflow_key_problem
+from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.record import StepRecord
 from tests.helpers.offline import T0, block_network, make_records
 
@@ -232,10 +233,10 @@ def test_write_after_close_fails() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"tracking": "x"}, r"unknown option\(s\) 'tracking'.*tracking_uri"),
-        ({"run_id": 5}, r"'run_id' must be a non-empty string"),
-        ({"tags": ["a"]}, r"'tags' must be a mapping"),
-        ({"experiment": " "}, r"'experiment' must be a non-empty string"),
+        ({"tracking": "x"}, r"unknown key 'tracking'; allowed keys here: .*tracking_uri"),
+        ({"run_id": 5}, r"'run_id': must be a non-empty string"),
+        ({"tags": ["a"]}, r"'tags': must be a mapping"),
+        ({"experiment": " "}, r"'experiment': must be a non-empty string"),
     ],
 )
 def test_bad_options_are_named(options: dict[str, object], message: str, run_dir: Path) -> None:

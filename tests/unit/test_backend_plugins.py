@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import (
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.backends.jsonl import JsonlBackend
+from otel_bridge.exporters.backends.registry import (
     BACKENDS,
     ENTRY_POINT_GROUP,
-    Backend,
     create_backend,
     plugin_entry_points,
 )
-from otel_bridge.exporters.backends.jsonl import JsonlBackend
 from otel_bridge.exporters.record import StepRecord
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_backend"

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.backends.trackio import TrackioBackend
 from otel_bridge.exporters.record import StepRecord
 from tests.helpers.offline import T0, block_network, make_records
@@ -144,9 +145,9 @@ def test_invalid_records_are_refused(values: dict[str, float], message: str) -> 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"projekt": "x"}, r"unknown option\(s\) 'projekt'.*project"),
-        ({"project": ""}, r"'project' must be a non-empty string"),
-        ({"config": "lr=1"}, r"'config' must be a mapping"),
+        ({"projekt": "x"}, r"unknown key 'projekt'; allowed keys here: .*project"),
+        ({"project": ""}, r"'project': must be a non-empty string"),
+        ({"config": "lr=1"}, r"'config': must be a mapping"),
     ],
 )
 def test_bad_options_are_named(options: dict[str, object], message: str, tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends import wandb as wandb_backend
-from otel_bridge.exporters.backends.base import Backend, create_backend
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.backends.wandb import STEP_KEY, WandbBackend, define_metric_name
 from otel_bridge.exporters.record import StepRecord
 from tests.helpers.offline import T0, block_network, make_records
@@ -402,14 +403,17 @@ def test_write_after_close_fails() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"projekt": "x"}, r"unknown option\(s\) 'projekt'.*project"),
-        ({"mode": "online-ish"}, r"'mode' must be one of 'online', 'offline', 'disabled', 'shared'"),
-        ({"steps": "mine"}, r"'steps' must be one of 'own', 'follow'"),
-        ({"tags": "a,b"}, r"'tags' must be a list of strings"),
-        ({"tags": ["a", ""]}, r"'tags' must be a list of non-empty strings"),
-        ({"config": ["lr"]}, r"'config' must be a mapping"),
-        ({"project": ""}, r"'project' must be a non-empty string"),
-        ({"dir": ""}, r"'dir' must be a non-empty path"),
+        ({"projekt": "x"}, r"unknown key 'projekt'; allowed keys here: .*project"),
+        (
+            {"mode": "online-ish"},
+            r"'mode' = 'online-ish' is not allowed; expected 'online', 'offline', 'disabled' or 's",
+        ),
+        ({"steps": "mine"}, r"'steps' = 'mine' is not allowed; expected 'own' or 'follow'"),
+        ({"tags": "a,b"}, r"'tags': must be a list of strings"),
+        ({"tags": ["a", ""]}, r"'tags': must be a list of non-empty strings"),
+        ({"config": ["lr"]}, r"'config': must be a mapping"),
+        ({"project": ""}, r"'project': must be a non-empty string"),
+        ({"dir": ""}, r"'dir': must be a non-empty path"),
     ],
 )
 def test_bad_options_are_named(options: dict[str, object], message: str, run_dir: Path) -> None:

@@ -14,9 +14,10 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import BACKENDS, Backend, create_backend
+from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.console import ConsoleBackend, format_record
 from otel_bridge.exporters.backends.jsonl import JsonlBackend
+from otel_bridge.exporters.backends.registry import BACKENDS, create_backend
 from otel_bridge.exporters.backends.tensorboard import TensorBoardBackend
 from otel_bridge.exporters.record import StepRecord
 
@@ -82,15 +83,19 @@ def test_unknown_kind_lists_the_known_kinds(run_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "options", "message"),
     [
-        ("jsonl", {"pth": "x.jsonl"}, r"unknown option\(s\) 'pth'.*path"),
-        ("jsonl", {"path": ""}, r"'path' must be a non-empty path"),
-        ("jsonl", {"path": 3}, r"'path' must be a non-empty path"),
-        ("tensorboard", {"log_dir": "tb"}, r"unknown option\(s\) 'log_dir'.*logdir"),
-        ("console", {"every": 0}, r"'every' must be an integer >= 1, got 0"),
-        ("console", {"every": True}, r"'every' must be an integer >= 1, got True"),
-        ("console", {"max_keys": "5"}, r"'max_keys' must be an integer >= 1"),
-        ("console", {"stream": "stdlog"}, r"'stream' must be 'stdout' or 'stderr'"),
-        ("console", {"every": 1, "colour": True, "width": 3}, r"unknown option\(s\) 'colour', 'width'"),
+        ("jsonl", {"pth": "x.jsonl"}, r"unknown key 'pth'; allowed keys here: .*path"),
+        ("jsonl", {"path": ""}, r"'path': must be a non-empty path"),
+        ("jsonl", {"path": 3}, r"'path': must be a non-empty path"),
+        ("tensorboard", {"log_dir": "tb"}, r"unknown key 'log_dir'; allowed keys here: .*logdir"),
+        ("console", {"every": 0}, r"'every': must be an integer >= 1, got 0"),
+        ("console", {"every": True}, r"'every': must be an integer >= 1, got True"),
+        ("console", {"max_keys": "5"}, r"'max_keys': must be an integer >= 1"),
+        ("console", {"stream": "stdlog"}, r"'stream' = 'stdlog' is not allowed; expected 'stdout' or 'stderr'"),
+        (
+            "console",
+            {"every": 1, "colour": True, "width": 3},
+            r"\(2 problems\):\n  - unknown key 'colour'.*\n  - unknown key 'width",
+        ),
     ],
 )
 def test_bad_options_are_named(kind: str, options: dict[str, object], message: str, run_dir: Path) -> None:

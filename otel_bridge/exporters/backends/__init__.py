@@ -1,1 +1,1 @@
-"""Tracker backends, one module per tracker; :func:`.base.create_backend` builds them from config."""
+"""Tracker backends, one module per tracker with its options model; :func:`.registry.create_backend` builds them."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TextIO
 
 from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.exporters.backends.options import BackendOptions, PositiveInt, parse_options
 from otel_bridge.exporters.record import StepRecord
 
 
@@ -72,3 +75,22 @@ class ConsoleBackend:
             return
         self.flush()
         self._closed = True
+
+
+class ConsoleOptions(BackendOptions):
+    """Options of the ``console`` tracker."""
+
+    every: PositiveInt = 1
+    """Write every N-th step."""
+    max_keys: PositiveInt = 20
+    """Most keys shown per line."""
+    stream: Literal["stdout", "stderr"] = "stdout"
+    """Where the lines go."""
+
+
+def create_console_backend(options: Mapping[str, Any], run_dir: Path) -> ConsoleBackend:
+    """The ``console`` tracker: one line per step on stdout or stderr (``run_dir`` is not used)."""
+    del run_dir  # the console writes to a stream, not to the run directory
+    parsed = parse_options("console", ConsoleOptions, options)
+    stream = None if parsed.stream == "stdout" else sys.stderr
+    return ConsoleBackend(stream=stream, every=parsed.every, max_keys=parsed.max_keys)

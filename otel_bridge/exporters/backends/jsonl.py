@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from otel_bridge.errors import BackendError
+from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
 _logger = logging.getLogger(__name__)
@@ -106,3 +108,15 @@ class JsonlBackend:
             file.close()
         except OSError as err:
             raise BackendError(f"jsonl: cannot close {self.path}: {err}") from err
+
+
+class JsonlOptions(BackendOptions):
+    """Options of the ``jsonl`` tracker."""
+
+    path: PathOption = Path("metrics.jsonl")
+    """The file, relative to the run directory."""
+
+
+def create_jsonl_backend(options: Mapping[str, Any], run_dir: Path) -> JsonlBackend:
+    """The ``jsonl`` tracker: one JSON object per step appended to ``path``."""
+    return JsonlBackend(under(run_dir, parse_options("jsonl", JsonlOptions, options).path))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import check_options, mapping_option, str_option
+from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.record import StepRecord
 
 _logger = logging.getLogger(__name__)
@@ -33,15 +33,22 @@ MAX_KEY_LENGTH: Final = 250
 _VALID_KEY: Final = re.compile(r"^[/\w.\- ]+$")
 """Characters MLflow accepts in a metric name on every platform (``:`` is rejected on Windows)."""
 
-_OPTIONS: Final = {
-    "tracking_uri": "MLflow tracking URI (e.g. sqlite:///mlflow.db, http://host:5000); default "
-    "$MLFLOW_TRACKING_URI or MLflow's default",
-    "experiment": "experiment name of a run the bridge creates (created if missing); default "
-    "$MLFLOW_EXPERIMENT_NAME or MLflow's 'Default'",
-    "run_name": "name of a run the bridge creates; default the bridge's run name",
-    "run_id": "log into this existing run instead of the active or a new one (never ended by the bridge)",
-    "tags": "mapping of tags set on a run the bridge creates",
-}
+
+class MlflowOptions(BackendOptions):
+    """Options of the ``mlflow`` tracker; ``experiment``, ``run_name`` and ``tags`` describe a run the bridge creates
+    (ignored, with a WARNING, when it logs into an existing run)."""
+
+    tracking_uri: NonEmptyStr | None = None
+    """MLflow tracking URI (sqlite:///mlflow.db, http://host:5000); default $MLFLOW_TRACKING_URI or MLflow's."""
+    experiment: NonEmptyStr | None = None
+    """Experiment name (created if missing); default $MLFLOW_EXPERIMENT_NAME or MLflow's 'Default'."""
+    run_name: NonEmptyStr | None = None
+    """Default the bridge's run name."""
+    run_id: NonEmptyStr | None = None
+    """Log into this existing run instead of the active or a new one (never ended by the bridge)."""
+    tags: StrMapping | None = None
+
+
 _CREATE_ONLY_OPTIONS: Final = ("experiment", "run_name", "tags")
 
 
@@ -139,15 +146,12 @@ class MlflowBackend:
 def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBackend:
     """The ``mlflow`` tracker: log into ``run_id``, else into the active MLflow run, else into a new run.
 
-    Options are listed in :data:`_OPTIONS`; those that describe a new run are ignored (with a WARNING) when
-    the bridge logs into an existing run.
+    Options are :class:`MlflowOptions`; those that describe a new run are ignored (with a WARNING) when the bridge
+    logs into an existing run.
     """
-    check_options("mlflow", options, _OPTIONS)
-    tracking_uri = str_option("mlflow", options, "tracking_uri")
-    experiment = str_option("mlflow", options, "experiment")
-    run_name = str_option("mlflow", options, "run_name", run_dir.name or None)
-    run_id = str_option("mlflow", options, "run_id")
-    tags = mapping_option("mlflow", options, "tags")
+    parsed = parse_options("mlflow", MlflowOptions, options)
+    tracking_uri, experiment, run_id, tags = parsed.tracking_uri, parsed.experiment, parsed.run_id, parsed.tags
+    run_name = parsed.run_name or run_dir.name or None
     try:
         import mlflow
         from mlflow.entities import Metric

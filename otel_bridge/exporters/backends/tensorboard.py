@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
 _logger = logging.getLogger(__name__)
@@ -98,3 +100,15 @@ class TensorBoardBackend:
             self._writer.close()
         except OSError as err:
             raise BackendError(f"tensorboard: cannot close the event file in {self.logdir}: {err}") from err
+
+
+class TensorBoardOptions(BackendOptions):
+    """Options of the ``tensorboard`` tracker."""
+
+    logdir: PathOption = Path("tensorboard")
+    """The directory of the event file, relative to the run directory."""
+
+
+def create_tensorboard_backend(options: Mapping[str, Any], run_dir: Path) -> TensorBoardBackend:
+    """The ``tensorboard`` tracker: scalar summaries in an event file under ``logdir``."""
+    return TensorBoardBackend(under(run_dir, parse_options("tensorboard", TensorBoardOptions, options).logdir))

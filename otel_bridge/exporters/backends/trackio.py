@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import check_options, mapping_option, str_option
+from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.record import StepRecord
 
 _logger = logging.getLogger(__name__)
@@ -37,12 +37,17 @@ DEFAULT_PROJECT: Final = "otel-bridge"
 RESERVED_KEYS: Final = frozenset({"project", "run", "timestamp", "step", "time", "metrics"})
 """Keys trackio renames (to ``__<key>``) because its rows use them."""
 
-_OPTIONS: Final = {
-    "project": f"trackio project of a run the bridge creates; default {DEFAULT_PROJECT!r}",
-    "name": "name of a run the bridge creates; default the bridge's run name",
-    "group": "group of a run the bridge creates",
-    "config": "mapping stored as the config of a run the bridge creates",
-}
+
+class TrackioOptions(BackendOptions):
+    """Options of the ``trackio`` tracker, all describing a run the bridge creates (ignored, with a WARNING, when it
+    attaches to the trainer's current run)."""
+
+    project: NonEmptyStr = DEFAULT_PROJECT
+    name: NonEmptyStr | None = None
+    """Default the bridge's run name."""
+    group: NonEmptyStr | None = None
+    config: StrMapping | None = None
+    """Stored as the run's config."""
 
 
 class TrackioBackend:
@@ -97,11 +102,9 @@ def create_trackio_backend(options: Mapping[str, Any], run_dir: Path) -> Trackio
     """The ``trackio`` tracker: attach to the trainer's current trackio run when there is one, else create
     a run where trackio's own settings put it: locally under ``$TRACKIO_DIR``, unless ``$TRACKIO_SPACE_ID``
     or ``$TRACKIO_SERVER_URL`` send it elsewhere."""
-    check_options("trackio", options, _OPTIONS)
-    project = str_option("trackio", options, "project", DEFAULT_PROJECT)
-    name = str_option("trackio", options, "name", run_dir.name or None)
-    group = str_option("trackio", options, "group")
-    config = mapping_option("trackio", options, "config")
+    parsed = parse_options("trackio", TrackioOptions, options)
+    project, group, config = parsed.project, parsed.group, parsed.config
+    name = parsed.name or run_dir.name or None
     try:
         import trackio
         from trackio import context_vars
@@ -110,7 +113,7 @@ def create_trackio_backend(options: Mapping[str, Any], run_dir: Path) -> Trackio
 
     active = context_vars.current_run.get()
     if active is not None:
-        ignored = [option for option in _OPTIONS if options.get(option) is not None]
+        ignored = [option for option in TrackioOptions.model_fields if options.get(option) is not None]
         if ignored:
             _logger.warning(
                 "trackio: attaching to the current run %r; the option(s) %s describe a run the bridge creates "

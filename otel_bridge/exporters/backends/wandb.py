@@ -31,16 +31,17 @@ import re
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 from otel_bridge.errors import BackendError, ConfigError
-from otel_bridge.exporters.backends.base import (
-    check_options,
-    choice_option,
-    mapping_option,
-    path_option,
-    str_list_option,
-    str_option,
+from otel_bridge.exporters.backends.options import (
+    BackendOptions,
+    NonEmptyStr,
+    PathOption,
+    StrList,
+    StrMapping,
+    parse_options,
+    under,
 )
 from otel_bridge.exporters.record import StepRecord
 
@@ -57,19 +58,30 @@ WandbMode = Literal["online", "offline", "disabled", "shared"]
 STEPS_MODES: Final = ("own", "follow")
 WANDB_MODES: Final = ("online", "offline", "disabled", "shared")
 
-_OPTIONS: Final = {
-    "project": "wandb project of a run the bridge creates; default $WANDB_PROJECT or wandb's default",
-    "entity": "wandb entity (user or team) of a run the bridge creates; default $WANDB_ENTITY or yours",
-    "name": "display name of a run the bridge creates; default the bridge's run name",
-    "group": "group of a run the bridge creates",
-    "tags": "list of tags of a run the bridge creates",
-    "config": "mapping stored as the config of a run the bridge creates",
-    "dir": "directory in which wandb makes its wandb/ folder, relative to the run directory; default: the run "
-    "directory (files go to <run dir>/wandb/)",
-    "mode": "online, offline, disabled or shared, for a run the bridge creates; default $WANDB_MODE or online",
-    "steps": "own (the bridge alone writes rows, wandb's step = training step) or follow (add records to the "
-    "trainer's rows); default own for a run the bridge creates, follow when it attaches to an active run",
-}
+
+class WandbOptions(BackendOptions):
+    """Options of the ``wandb`` tracker; all but ``steps`` describe a run the bridge creates (ignored, with a
+    WARNING, when it attaches to an active run)."""
+
+    project: NonEmptyStr | None = None
+    """wandb project; default $WANDB_PROJECT or wandb's default."""
+    entity: NonEmptyStr | None = None
+    """wandb entity (user or team); default $WANDB_ENTITY or yours."""
+    name: NonEmptyStr | None = None
+    """Display name; default the bridge's run name."""
+    group: NonEmptyStr | None = None
+    tags: StrList | None = None
+    config: StrMapping | None = None
+    """Stored as the run's config."""
+    dir: PathOption = Path(".")
+    """Directory in which wandb makes its wandb/ folder, relative to the run directory."""
+    mode: WandbMode | None = None
+    """Default $WANDB_MODE or online."""
+    steps: StepsMode | None = None
+    """own (the bridge alone writes rows, wandb's step = training step) or follow (add records to the trainer's
+    rows); default own for a run the bridge creates, follow when it attaches to an active run."""
+
+
 _CREATE_ONLY_OPTIONS: Final = ("project", "entity", "name", "group", "tags", "config", "dir", "mode")
 _SPECIAL_METRIC_CHARS: Final = re.compile(r"([.\\*])")
 
@@ -258,19 +270,21 @@ class WandbBackend:
 def create_wandb_backend(options: Mapping[str, Any], run_dir: Path) -> WandbBackend:
     """The ``wandb`` tracker: attach to the active ``wandb.run`` when there is one, else create a run.
 
-    Options are listed in :data:`_OPTIONS`; those that describe a new run are ignored (with a WARNING) when
-    the bridge attaches to an active run.
+    Options are :class:`WandbOptions`; those that describe a new run are ignored (with a WARNING) when the bridge
+    attaches to an active run.
     """
-    check_options("wandb", options, _OPTIONS)
-    project = str_option("wandb", options, "project")
-    entity = str_option("wandb", options, "entity")
-    name = str_option("wandb", options, "name", run_dir.name or None)
-    group = str_option("wandb", options, "group")
-    tags = str_list_option("wandb", options, "tags")
-    config = mapping_option("wandb", options, "config")
-    directory = path_option("wandb", options, "dir", ".", run_dir)
-    mode = cast("WandbMode | None", choice_option("wandb", options, "mode", WANDB_MODES))
-    steps = choice_option("wandb", options, "steps", STEPS_MODES)
+    parsed = parse_options("wandb", WandbOptions, options)
+    project, entity, group, tags, config, mode, steps = (
+        parsed.project,
+        parsed.entity,
+        parsed.group,
+        parsed.tags,
+        parsed.config,
+        parsed.mode,
+        parsed.steps,
+    )
+    name = parsed.name or run_dir.name or None
+    directory = under(run_dir, parsed.dir)
     try:
         import wandb
     except ImportError as err:

@@ -1,0 +1,151 @@
+"""``otel-bridge doctor`` checks of Prometheus: it answers, its targets are up, its scrape interval fits the steps."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from otel_bridge.cli.doctor_base import CheckRecorder
+from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.errors import DiscoveryError, PrometheusError
+from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.promql import target_duration
+
+
+class PrometheusChecks(CheckRecorder):
+    """Checks of the PromQL path's Prometheus."""
+
+    def check_prometheus(self, config: BridgeConfig) -> PrometheusClient | None:
+        """``prometheus``: the URL resolves and Prometheus answers; returns a client, or ``None``."""
+        from otel_bridge.cli.discover import prometheus_url_origin
+        from otel_bridge.cli.query import prometheus_client
+        from otel_bridge.discovery import resolve_prometheus_url
+
+        if config.resolved_source() != "promql":
+            self.add("prometheus", "skip", "not used: the metrics are read from the endpoints (scrape path)")
+            return None
+        prom = config.prometheus
+        assert prom.url is not None
+        try:
+            if prom.url == AUTO:
+                resolution = resolve_prometheus_url(AUTO, ray_port=prom.ray_port)
+                url, source = resolution.url, resolution.source
+            else:
+                url = prom.url
+                source = (
+                    "--prometheus-url" if self.prometheus_url else prometheus_url_origin(self.config_path) or "config"
+                )
+        except DiscoveryError as exc:
+            self.add(
+                "prometheus",
+                "fail",
+                f"prometheus.url: auto found nothing: {exc}",
+                "set prometheus.url or OTEL_BRIDGE_PROMETHEUS_URL, or run where Ray's head runs Prometheus",
+            )
+            return None
+        client = prometheus_client(config, url)
+        try:
+            info = client.buildinfo()
+        except PrometheusError as exc:
+            client.close()
+            self.add(
+                "prometheus",
+                "fail",
+                f"{url} (from {source}): {exc}",
+                f"start Prometheus at {url} or correct prometheus.url",
+            )
+            return None
+        self.add("prometheus", "pass", f"{url} (from {source}): Prometheus {info.get('version', '?')}")
+        return client
+
+    def check_prometheus_targets(self, client: PrometheusClient) -> None:
+        """``prometheus targets``: every active scrape target is up."""
+        try:
+            targets = client.targets()
+        except PrometheusError as exc:
+            self.add("prometheus targets", "fail", str(exc), "check Prometheus (see the prometheus check)")
+            return
+        if not targets:
+            self.add(
+                "prometheus targets",
+                "fail",
+                "Prometheus scrapes nothing",
+                "add the rollout servers to its scrape config (otel-bridge prometheus-config writes one)",
+            )
+            return
+        down = [t for t in targets if t.get("health") != "up"]
+        up = len(targets) - len(down)
+        if down:
+            what = "; ".join(
+                f"{t.get('scrapeUrl', '?')}: {t.get('health')} ({t.get('lastError') or 'no error yet'})" for t in down
+            )
+            self.add(
+                "prometheus targets",
+                "fail",
+                f"{up}/{len(targets)} up; down: {what}",
+                "start the servers that are down, or remove them from Prometheus' scrape config",
+            )
+        else:
+            self.add("prometheus targets", "pass", f"{up}/{len(targets)} up")
+
+    def check_boundaries(self, config: BridgeConfig, client: PrometheusClient) -> None:
+        """``step boundaries``: Prometheus' scrape interval against the steps of the latest run in ``run.dir``."""
+        try:
+            targets = client.targets()
+        except PrometheusError as exc:
+            self.add("step boundaries", "skip", f"Prometheus' targets are unknown: {exc}")
+            return
+        intervals = [target_duration(t.get("scrapeInterval")) for t in targets]
+        interval = max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
+        prom = config.prometheus
+        mode = {
+            "samples": "Prometheus' samples (prometheus.boundary: samples)",
+            "scrape": "the bridge's own boundary scrapes (prometheus.boundary: scrape)",
+            "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
+            "else Prometheus' samples (prometheus.boundary: auto)",
+        }[prom.boundary]
+        steps = _latest_step_seconds(config.run.dir)
+        if steps is None:
+            self.add(
+                "step boundaries",
+                "pass",
+                f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {config.run.dir} "
+                "to compare step lengths with",
+            )
+            return
+        run, median = steps
+        detail = (
+            f"Prometheus scrapes every {interval:g}s and the steps of {run} last {median:.3g}s (median); "
+            f"boundaries observed by {mode}"
+        )
+        if interval <= median / 2 or prom.boundary == "scrape":
+            self.add("step boundaries", "pass", detail)
+            return
+        self.add(
+            "step boundaries",
+            "warn",
+            detail + f": where Prometheus' samples bound a step, its counters may be off by up to {interval:g}s of "
+            "traffic (each record says by how much in otel_bridge/boundary_lag_s)",
+            "let the bridge scrape at boundaries (prometheus.boundary: auto or scrape, targets reachable from the "
+            f"trainer) or lower Prometheus' scrape_interval below {median / 2:.3g}s",
+        )
+
+
+def _latest_step_seconds(run_dir: Path) -> tuple[Path, float] | None:
+    """The newest ``<run.dir>/*/metrics.jsonl`` and the median length of its steps' windows (``None``: no such run)."""
+    runs = sorted(run_dir.glob("*/metrics.jsonl"), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
+    for path in reversed(runs):
+        lengths = []
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                start, end = record.get("window_start"), record.get("time")
+                if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+                    lengths.append(end - start)
+        if lengths:
+            return path.parent, statistics.median(lengths)
+    return None

@@ -593,6 +593,46 @@ def test_from_dict_validates_or_raises_config_error(data: dict[str, Any]) -> Non
     except ConfigError as exc:
         message = str(exc)
     else:
-        assert isinstance(config, BridgeConfig)
+        # nothing given was dropped silently (unknown keys are errors), and what validated validates again unchanged
+        assert set(data) <= set(BridgeConfig.model_fields)
+        assert BridgeConfig.from_dict(config.model_dump()) == config
         return
     assert re.match(r"invalid otel-bridge config( \(\d+ problems\))?:\n  - \S", message)
+
+
+def _section(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+_VALID_CONFIGS = _section(
+    startup=st.sampled_from(["strict", "degrade"]),
+    scrape=_section(
+        targets=st.lists(st.sampled_from(["h:1", "127.0.0.1:8000", "https://h:2/m"]), max_size=3),
+        timeout_s=st.floats(min_value=0.001, max_value=1e6),
+        sample_interval_s=st.floats(min_value=0, max_value=60),
+    ),
+    naming=_section(infra_prefix=st.text(max_size=8)),
+    run=_section(name=st.from_regex(r"[A-Za-z0-9._\-]{1,12}", fullmatch=True), handle_sigterm=st.booleans()),
+    delivery=_section(queue_size=st.integers(1, 10_000), max_block_s=st.floats(0, 10), rank=st.integers(0, 64)),
+    otel=_section(resource_attributes=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)),
+)
+
+
+def _normalised_target(target: str) -> str:
+    return target if "://" in target else f"http://{target}/metrics"
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(_VALID_CONFIGS)
+def test_valid_values_are_kept_as_given(data: dict[str, Any]) -> None:
+    """The fuzz test above mostly exercises rejection; here every config is valid and each value given must be the
+    value the model holds (targets in their normalised URL form), and must validate again unchanged."""
+    config = BridgeConfig.from_dict(data)
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            assert getattr(config, section) == values
+            continue
+        for key, value in values.items():
+            expected = [_normalised_target(t) for t in value] if (section, key) == ("scrape", "targets") else value
+            assert getattr(getattr(config, section), key) == expected, (section, key)
+    assert BridgeConfig.from_dict(config.model_dump()) == config

@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -42,32 +41,20 @@ from otel_bridge.config import BridgeConfig
 from otel_bridge.discovery import RolloutServers, TargetWatcher
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend
-from otel_bridge.exporters.delivery import DeliveryStatus
+from otel_bridge.exporters.delivery import DeliveryReport as DeliveryReport
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import NONFINITE_VALUES, Health
-from otel_bridge.meter_provider import build_extra_readers, build_resource
+from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
 from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue
+from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryReport:
-    """What :meth:`Bridge.close` could deliver: per backend, and the steps never assembled."""
-
-    backends: tuple[DeliveryStatus, ...]
-    unassembled_steps: tuple[int, ...]
-
-    @property
-    def complete(self) -> bool:
-        """Every step reached every backend."""
-        return not self.unassembled_steps and all(b.complete for b in self.backends)
 
 
 class Bridge:
@@ -83,6 +70,7 @@ class Bridge:
         producers: list[MetricProducer] | None = None,
         backends: Sequence[Backend] = (),
         rollout_servers: RolloutServers | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
         self.run_dir = config.run.dir / (config.run.name or datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S"))
@@ -102,11 +90,13 @@ class Bridge:
             elif producers is not None:
                 self._producers = producers
             else:
-                built = build_producers(config, self.health, rollout_servers)
+                with instrumentation_suppressed():  # start-up queries and scrapes are the bridge's own I/O too
+                    built = build_producers(config, self.health, rollout_servers)
                 self._producers, self._watchers = built.producers, built.watchers
-            for producer in self._producers:
-                if isinstance(producer, ProducerLifecycle):
-                    producer.start()
+            with instrumentation_suppressed():
+                for producer in self._producers:
+                    if isinstance(producer, ProducerLifecycle):
+                        producer.start()
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
             created = create_backends(config, self.run_dir) if self.delivers else []
@@ -127,13 +117,14 @@ class Bridge:
                 resource=resource,
                 warn_interval_s=config.delivery.warn_interval_s,
             )
-            self.meter_provider = MeterProvider(metric_readers=[self.reader, *self._extra.readers], resource=resource)
+            self._provider = attach_readers([self.reader, *self._extra.readers], resource, self.health, meter_provider)
+            self.meter_provider = self._provider.provider
             for watcher in self._watchers:
                 watcher.start()
         except BaseException:
             self._close_producers()
-            if hasattr(self, "meter_provider"):
-                self.meter_provider.shutdown()
+            if hasattr(self, "_provider"):
+                self._provider.shutdown()
             if hasattr(self, "_extra"):
                 self._extra.close()
             if hasattr(self, "exporter"):
@@ -151,6 +142,7 @@ class Bridge:
         self._closed = False
         self._report: DeliveryReport | None = None
         atexit.register(self._close_at_exit)
+        self.reader.on_shutdown = self._close_on_shutdown
         if config.run.handle_sigterm:
             self.handle_sigterm()
         _log.info(
@@ -167,17 +159,22 @@ class Bridge:
         *,
         backends: Sequence[Backend] = (),
         rollout_servers: RolloutServers | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> Bridge:
         """Build a bridge from a YAML path, a dict, a :class:`BridgeConfig` or nothing (defaults + env overrides).
 
         ``backends`` adds backend objects of your own (anything with ``name``, ``write``, ``flush``, ``close``) to the
         configured trackers. ``rollout_servers`` registers rollout servers beside ``scrape.targets``: a list of
         ``host:port``, a callable returning one, or Ray actor handles with a ``metrics_address()`` method.
+        ``meter_provider``: your own SDK MeterProvider, already configured (readers, resource, views); the bridge adds
+        its readers to it instead of creating one (README: "Using your own MeterProvider").
 
         Raises :class:`~otel_bridge.errors.ConfigError` (or a Prometheus/scrape error) at once when the configuration
         cannot work: nothing is left running in that case.
         """
-        return cls(BridgeConfig.load(config), backends=backends, rollout_servers=rollout_servers)
+        return cls(
+            BridgeConfig.load(config), backends=backends, rollout_servers=rollout_servers, meter_provider=meter_provider
+        )
 
     @property
     def backend_names(self) -> list[str]:
@@ -371,10 +368,16 @@ class Bridge:
             )
         self._close_producers()
         self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
-        self.meter_provider.shutdown()
+        if not self.reader.is_shutdown:  # else the MeterProvider's shutdown() is what closes this bridge
+            self._provider.shutdown()
         self._extra.close()
         self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled))
         return self._report
+
+    def _close_on_shutdown(self, timeout_s: float) -> None:
+        """The MeterProvider holding the bridge's reader is shut down: deliver what is pending and close."""
+        if not self._closed:
+            self.close(timeout_s)
 
     def _close_at_exit(self) -> None:
         """``atexit`` hook: deliver what is pending when the trainer exits without calling :meth:`close`."""
@@ -439,7 +442,8 @@ def install(
         bridge.close()
         raise ConfigError(
             "a global OpenTelemetry MeterProvider is already set in this process (OTel allows one): call "
-            "otel_bridge.install() before anything else sets it, or use Bridge.from_config() and bridge.meter()"
+            "otel_bridge.install() before anything else sets it, or add the bridge to that provider: "
+            "Bridge.from_config(config, meter_provider=opentelemetry.metrics.get_meter_provider())"
         )
     if handle_sigterm:
         bridge.handle_sigterm()

@@ -1,8 +1,12 @@
-"""The extra OpenTelemetry readers of the bridge's MeterProvider: a Prometheus ``/metrics`` endpoint and OTLP/HTTP push.
+"""The bridge's MeterProvider and its extra readers: a Prometheus ``/metrics`` endpoint and OTLP/HTTP push.
 
-Both expose the same instruments that land in the per-step tracker record, so Grafana and the tracker see the same
-numbers. The Prometheus endpoint uses its own ``CollectorRegistry`` (nothing else of the process leaks into it) and
-binds 127.0.0.1 unless configured otherwise. The OTLP exporter honours the standard ``OTEL_EXPORTER_OTLP_*`` variables.
+The readers go on a MeterProvider of the bridge's own, or on the user's (``Bridge.from_config(...,
+meter_provider=provider)``: an application that already configured OpenTelemetry keeps its provider and its readers).
+
+The extra readers expose the same instruments that land in the per-step tracker record, so Grafana and the tracker see
+the same numbers. The Prometheus endpoint uses its own ``CollectorRegistry`` (nothing else of the process leaks into
+it) and binds 127.0.0.1 unless configured otherwise.
+The OTLP exporter honours the standard ``OTEL_EXPORTER_OTLP_*`` variables.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 
 from otel_bridge.config import OTelConfig
 from otel_bridge.errors import ConfigError
+from otel_bridge.health import Health
+from otel_bridge.schema import HEALTH_SCOPE
 
 _log = logging.getLogger(__name__)
 
@@ -118,3 +125,42 @@ def _otlp_reader(config: OTelConfig, environ: Mapping[str, str]) -> MetricReader
     return PeriodicExportingMetricReader(
         exporter, export_interval_millis=otlp.interval_s * 1000, export_timeout_millis=otlp.timeout_s * 1000
     )
+
+
+@dataclass
+class ProviderLink:
+    """The MeterProvider the bridge's readers are registered on: its own (``owned``), or the user's."""
+
+    provider: MeterProvider
+    readers: list[MetricReader]
+    owned: bool
+
+    def shutdown(self) -> None:
+        """Shut the bridge's own provider down; take the bridge's readers off a user's provider (each is shut down)."""
+        if self.owned:
+            self.provider.shutdown()
+            return
+        for reader in self.readers:
+            self.provider.remove_metric_reader(reader)
+
+
+def attach_readers(
+    readers: list[MetricReader], resource: Resource, health: Health, meter_provider: MeterProvider | None = None
+) -> ProviderLink:
+    """Register ``readers`` on ``meter_provider`` (the user's, already configured with their own readers), or on a new
+    MeterProvider with ``resource``; then expose ``health`` as instruments of that provider's ``otel_bridge.health``
+    meter.
+    """
+    if meter_provider is None:
+        link = ProviderLink(MeterProvider(metric_readers=readers, resource=resource), readers, owned=True)
+    elif not isinstance(meter_provider, MeterProvider):
+        raise ConfigError(
+            f"meter_provider must be an OpenTelemetry SDK MeterProvider (opentelemetry.sdk.metrics.MeterProvider), "
+            f"got {type(meter_provider).__name__}: only an SDK provider takes the bridge's step reader"
+        )
+    else:
+        for reader in readers:
+            meter_provider.add_metric_reader(reader)
+        link = ProviderLink(meter_provider, readers, owned=False)
+    health.bind(link.provider.get_meter(HEALTH_SCOPE))
+    return link

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from opentelemetry.sdk.metrics import Histogram
@@ -34,6 +35,7 @@ from otel_bridge.errors import OtelBridgeError
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
+from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
@@ -70,7 +72,15 @@ class ProducerLifecycle(Protocol):
 
 
 class StepMetricReader(MetricReader):
-    """Collects the SDK's instruments and every producer at step boundaries and exports one MetricsData per step."""
+    """Collects the SDK's instruments and every producer at step boundaries and exports one MetricsData per step.
+
+    It collects only at boundaries: histograms are DELTA, so a collection between two boundaries would take the
+    step's observations out of its record. :meth:`force_flush` (what ``MeterProvider.force_flush()`` calls) therefore
+    delivers the records of ended steps instead of collecting, and :meth:`shutdown` (``MeterProvider.shutdown()``)
+    first runs the ``on_shutdown`` hook (the bridge delivers its pending steps there), then closes the trackers.
+    The instruments of the bridge's own health meter (scope ``otel_bridge.health``) are left out of the instrument
+    snapshot: the record takes them, current, from :class:`~otel_bridge.health.Health` after the producers ran.
+    """
 
     def __init__(
         self,
@@ -86,17 +96,27 @@ class StepMetricReader(MetricReader):
         self._producers = list(producers)
         self._health = health or Health()
         self._resource = resource or Resource.create({})
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # held by snapshot_instruments around collect(), which calls _receive_metrics
         self._received: MetricsData | None = None
         self._warn = RateLimitedLogger(_log, warn_interval_s)
+        self._shutdown = False
+        self._exporter_closed = False
+        self.on_shutdown: Callable[[float], None] | None = None
+        """Called with the time left (seconds) when the reader is shut down, before the trackers are closed."""
 
     @property
     def producers(self) -> list[MetricProducer]:
         """The registered producers."""
         return list(self._producers)
 
+    @property
+    def is_shutdown(self) -> bool:
+        """:meth:`shutdown` was called (by the bridge or by the MeterProvider)."""
+        return self._shutdown
+
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
-        self._received = metrics_data
+        with self._lock:
+            self._received = metrics_data
 
     def snapshot_instruments(self) -> list[ResourceMetrics]:
         """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet."""
@@ -104,7 +124,15 @@ class StepMetricReader(MetricReader):
             self._received = None
             self.collect()
             received, self._received = self._received, None
-        return list(received.resource_metrics) if received is not None else []
+        collected: list[ResourceMetrics] = list(received.resource_metrics) if received is not None else []
+        return [
+            ResourceMetrics(
+                resource=rm.resource,
+                scope_metrics=[sm for sm in rm.scope_metrics if sm.scope.name != schema.HEALTH_SCOPE],
+                schema_url=rm.schema_url,
+            )
+            for rm in collected
+        ]
 
     def assemble(
         self,
@@ -174,11 +202,44 @@ class StepMetricReader(MetricReader):
         *,
         produce: bool = True,
     ) -> MetricsData:
-        """Assemble the step's MetricsData and hand it to the exporter."""
-        data = self.assemble(window, instruments, trainer_values, produce=produce)
-        self._exporter.export(data)
+        """Assemble the step's MetricsData and hand it to the exporter.
+
+        The producers' queries and scrapes run here, with instrumentation suppressed (as the SDK's periodic reader
+        exports): an instrumented ``requests`` in the trainer does not record the bridge's own HTTP calls.
+        """
+        with instrumentation_suppressed():
+            data = self.assemble(window, instruments, trainer_values, produce=produce)
+            if self._exporter_closed:
+                self._warn.error(
+                    "export-after-shutdown",
+                    "step %d is not delivered: the MeterProvider holding the bridge's reader was shut down",
+                    window.step,
+                )
+            else:
+                self._exporter.export(data)
         return data
 
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Wait until every tracker has written the records of the steps delivered so far; ``False`` on timeout.
+
+        Unlike the base class it does not collect: between two boundaries a collection would drop the step's
+        histogram deltas. A step is recorded at its boundary, never earlier.
+        """
+        if self._exporter_closed:
+            return True
+        return self._exporter.force_flush(timeout_millis=timeout_millis)
+
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        """Shut the exporter down (closes the tracker backends)."""
-        self._exporter.shutdown(timeout_millis=timeout_millis)
+        """Run ``on_shutdown`` (deliver what is pending), then shut the exporter down (closes the tracker backends).
+
+        Called once by the MeterProvider's ``shutdown()``; later calls do nothing.
+        """
+        deadline = time.monotonic() + timeout_millis / 1000
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+        if self.on_shutdown is not None:
+            self.on_shutdown(max(0.0, deadline - time.monotonic()))
+        self._exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
+        self._exporter_closed = True

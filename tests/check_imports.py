@@ -48,6 +48,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.ratelimit",
             "otel_bridge.validation",
             "otel_bridge.config_sources",
+            "otel_bridge.suppression",
         ),
     ),
 )

@@ -19,6 +19,7 @@ from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_DROPPED, BACKEND_ERRORS, Health
 from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.suppression import suppressing
 
 _log = logging.getLogger(__name__)
 _MAX_BACKOFF_S = 30.0
@@ -37,6 +38,19 @@ class DeliveryStatus:
     def complete(self) -> bool:
         """Every record handed to this backend was written."""
         return not self.failed_steps and not self.pending_steps
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReport:
+    """What :meth:`Bridge.close` could deliver: per backend, and the steps never assembled."""
+
+    backends: tuple[DeliveryStatus, ...]
+    unassembled_steps: tuple[int, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Every step reached every backend."""
+        return not self.unassembled_steps and all(b.complete for b in self.backends)
 
 
 class BackendWorker:
@@ -66,7 +80,9 @@ class BackendWorker:
         self._abandon = threading.Event()
         self._delivered = 0
         self._failed: list[int] = []
-        self._thread = threading.Thread(target=self._run, name=f"otel-bridge-backend-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=suppressing(self._run), name=f"otel-bridge-backend-{self.name}", daemon=True
+        )
         self._thread.start()
 
     def submit(self, record: StepRecord) -> None:

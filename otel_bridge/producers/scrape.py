@@ -30,6 +30,7 @@ from otel_bridge.producers.points import missing_warning, to_metric
 from otel_bridge.prometheus.endpoint import MetricsEndpoint
 from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.suppression import suppress_in_this_thread, suppressing
 from otel_bridge.window import Sample, StepWindow
 
 _log = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ class ScrapeProducer:
         self._produce_timeout_s = produce_timeout_s
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="otel-bridge-scrape")
+        self._pool = ThreadPoolExecutor(
+            max_workers=32, thread_name_prefix="otel-bridge-scrape", initializer=suppress_in_this_thread
+        )
         self._targets_lock = threading.Lock()
         self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
         self._snapshots: list[Snapshot] = []
@@ -143,7 +146,7 @@ class ScrapeProducer:
             self._queries = [self._resolve_kind(q, first) for q in self._queries]
         with self._cond:
             self._snapshots.append(first)
-        self._thread = threading.Thread(target=self._run, name="otel-bridge-sampler", daemon=True)
+        self._thread = threading.Thread(target=suppressing(self._run), name="otel-bridge-sampler", daemon=True)
         self._thread.start()
 
     def _resolve_kind(self, query: MetricQuery, snapshot: Snapshot) -> MetricQuery:

@@ -45,7 +45,7 @@ from otel_bridge.exporters.delivery import DeliveryReport as DeliveryReport
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import NONFINITE_VALUES, Health
-from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource
+from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource, check_meter_provider
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
 from otel_bridge.records import RecordStore
@@ -81,6 +81,7 @@ class Bridge:
         self.rank = process_rank(config)
         self.delivers = self.rank == delivery.rank
         self._records = RecordStore()
+        check_meter_provider(meter_provider)
         try:
             # Everything that can fail at start-up runs before the trackers are created, so a failed start leaves no
             # empty wandb/MLflow run and no empty run directory behind.
@@ -166,8 +167,7 @@ class Bridge:
         ``backends`` adds backend objects of your own (anything with ``name``, ``write``, ``flush``, ``close``) to the
         configured trackers. ``rollout_servers`` registers rollout servers beside ``scrape.targets``: a list of
         ``host:port``, a callable returning one, or Ray actor handles with a ``metrics_address()`` method.
-        ``meter_provider``: your own SDK MeterProvider, already configured (readers, resource, views); the bridge adds
-        its readers to it instead of creating one (README: "Using your own MeterProvider").
+        ``meter_provider``: your SDK MeterProvider, to take the bridge's readers (README: Using your own MeterProvider).
 
         Raises :class:`~otel_bridge.errors.ConfigError` (or a Prometheus/scrape error) at once when the configuration
         cannot work: nothing is left running in that case.

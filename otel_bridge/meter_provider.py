@@ -144,6 +144,16 @@ class ProviderLink:
             self.provider.remove_metric_reader(reader)
 
 
+def check_meter_provider(meter_provider: object) -> None:
+    """Raise :class:`ConfigError` unless ``meter_provider`` is ``None`` or an SDK MeterProvider (one that takes
+    readers): checked before anything is started."""
+    if meter_provider is not None and not isinstance(meter_provider, MeterProvider):
+        raise ConfigError(
+            f"meter_provider must be an OpenTelemetry SDK MeterProvider (opentelemetry.sdk.metrics.MeterProvider), "
+            f"got {type(meter_provider).__name__}: only an SDK provider takes the bridge's step reader"
+        )
+
+
 def attach_readers(
     readers: list[MetricReader], resource: Resource, health: Health, meter_provider: MeterProvider | None = None
 ) -> ProviderLink:
@@ -151,13 +161,9 @@ def attach_readers(
     MeterProvider with ``resource``; then expose ``health`` as instruments of that provider's ``otel_bridge.health``
     meter.
     """
+    check_meter_provider(meter_provider)
     if meter_provider is None:
         link = ProviderLink(MeterProvider(metric_readers=readers, resource=resource), readers, owned=True)
-    elif not isinstance(meter_provider, MeterProvider):
-        raise ConfigError(
-            f"meter_provider must be an OpenTelemetry SDK MeterProvider (opentelemetry.sdk.metrics.MeterProvider), "
-            f"got {type(meter_provider).__name__}: only an SDK provider takes the bridge's step reader"
-        )
     else:
         for reader in readers:
             meter_provider.add_metric_reader(reader)

@@ -11,15 +11,17 @@ The shape of the ``MetricsData`` it assembles (scopes, attributes, the window me
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from opentelemetry.sdk.metrics import Histogram
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    HistogramDataPoint,
     Metric,
     MetricExporter,
     MetricReader,
@@ -27,6 +29,7 @@ from opentelemetry.sdk.metrics.export import (
     ResourceMetrics,
     ScopeMetrics,
 )
+from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -39,6 +42,7 @@ from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
+DELTA = AggregationTemporality.DELTA
 
 __all__ = ["STAT_ATTRIBUTE", "MetricProducer", "ProducerLifecycle", "StepMetricReader", "gauge_metric"]
 """``STAT_ATTRIBUTE`` and ``gauge_metric`` stay importable from here, where they were defined before
@@ -77,7 +81,9 @@ class StepMetricReader(MetricReader):
     It collects only at boundaries: histograms are DELTA, so a collection between two boundaries would take the
     step's observations out of its record. :meth:`force_flush` (what ``MeterProvider.force_flush()`` calls) therefore
     delivers the records of ended steps instead of collecting, and :meth:`shutdown` (``MeterProvider.shutdown()``)
-    first runs the ``on_shutdown`` hook (the bridge delivers its pending steps there), then closes the trackers.
+    first runs the ``on_shutdown`` hook (the bridge delivers its pending steps there), then closes the trackers. A
+    ``collect()`` someone else makes between boundaries is folded into the next boundary's snapshot
+    (:func:`fold_deltas`).
     The instruments of the bridge's own health meter (scope ``otel_bridge.health``) are left out of the instrument
     snapshot: the record takes them, current, from :class:`~otel_bridge.health.Health` after the producers ran.
     """
@@ -116,12 +122,16 @@ class StepMetricReader(MetricReader):
 
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
         with self._lock:
+            if self._received is not None:  # a collect() between boundaries: keep its deltas for the step's record
+                metrics_data = fold_deltas(self._received, metrics_data)
             self._received = metrics_data
 
     def snapshot_instruments(self) -> list[ResourceMetrics]:
-        """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet."""
+        """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet.
+
+        A ``collect()`` someone made since the last boundary is not lost: its histogram deltas are added in.
+        """
         with self._lock:
-            self._received = None
             self.collect()
             received, self._received = self._received, None
         collected: list[ResourceMetrics] = list(received.resource_metrics) if received is not None else []
@@ -243,3 +253,81 @@ class StepMetricReader(MetricReader):
             self.on_shutdown(max(0.0, deadline - time.monotonic()))
         self._exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
         self._exporter_closed = True
+
+
+_PointKey = tuple[str, str, frozenset[tuple[str, Any]]]
+
+
+def _delta_histograms(data: MetricsData) -> Iterator[tuple[_PointKey, HistogramDataPoint]]:
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if isinstance(metric.data, HistogramData) and metric.data.aggregation_temporality is DELTA:
+                    for p in metric.data.data_points:
+                        yield (sm.scope.name, metric.name, frozenset((p.attributes or {}).items())), p
+
+
+def fold_deltas(earlier: MetricsData, later: MetricsData) -> MetricsData:
+    """``later`` with the DELTA histogram points of ``earlier`` added in: the same scope, metric and attributes merge
+    into one point (explicit buckets must match, else the later point stands); a point ``later`` lacks is carried over.
+    Cumulative sums and gauges need nothing: ``later`` supersedes them."""
+    pending = dict(_delta_histograms(earlier))
+    if not pending:
+        return later
+
+    def merged(scope: str, metric: Metric) -> Metric:
+        data = metric.data
+        if not (isinstance(data, HistogramData) and data.aggregation_temporality is DELTA):
+            return metric
+        points = [
+            _add(pending.pop((scope, metric.name, frozenset((p.attributes or {}).items())), None), p)
+            for p in data.data_points
+        ]
+        return dataclasses.replace(metric, data=dataclasses.replace(data, data_points=points))
+
+    resource_metrics = [
+        dataclasses.replace(
+            rm,
+            scope_metrics=[
+                dataclasses.replace(sm, metrics=[merged(sm.scope.name, m) for m in sm.metrics])
+                for sm in rm.scope_metrics
+            ],
+        )
+        for rm in later.resource_metrics
+    ]
+    carried = [
+        dataclasses.replace(rm, scope_metrics=scopes)
+        for rm in earlier.resource_metrics
+        if (scopes := [s for s in (_only(sm, pending) for sm in rm.scope_metrics) if s is not None])
+    ]
+    return MetricsData(resource_metrics=[*resource_metrics, *carried])
+
+
+def _only(sm: ScopeMetrics, keep: Mapping[_PointKey, HistogramDataPoint]) -> ScopeMetrics | None:
+    """The metrics of ``sm`` reduced to the points in ``keep`` (``None`` when none is left)."""
+    metrics = []
+    for metric in sm.metrics:
+        if isinstance(metric.data, HistogramData):
+            points = [
+                p
+                for p in metric.data.data_points
+                if (sm.scope.name, metric.name, frozenset((p.attributes or {}).items())) in keep
+            ]
+            if points:
+                metrics.append(dataclasses.replace(metric, data=dataclasses.replace(metric.data, data_points=points)))
+    return dataclasses.replace(sm, metrics=metrics) if metrics else None
+
+
+def _add(earlier: HistogramDataPoint | None, later: HistogramDataPoint) -> HistogramDataPoint:
+    if earlier is None or tuple(earlier.explicit_bounds) != tuple(later.explicit_bounds):
+        return later
+    return dataclasses.replace(
+        later,
+        start_time_unix_nano=earlier.start_time_unix_nano,
+        count=earlier.count + later.count,
+        sum=earlier.sum + later.sum,
+        bucket_counts=[a + b for a, b in zip(earlier.bucket_counts, later.bucket_counts, strict=True)],
+        min=min(earlier.min, later.min),
+        max=max(earlier.max, later.max),
+        exemplars=[*earlier.exemplars, *later.exemplars],
+    )

@@ -110,3 +110,26 @@ def test_close_shuts_its_own_provider_down_once(tmp_path: Path, caplog: pytest.L
     assert report.complete
     assert bridge.reader.is_shutdown
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text  # no second shutdown
+
+
+def test_a_collect_between_boundaries_loses_no_histogram_observation(tmp_path: Path) -> None:
+    with Bridge.from_config(config(tmp_path)) as bridge:
+        meter = bridge.meter("user.code")
+        latency = meter.create_histogram("latency")
+        early = meter.create_histogram("early")
+        with bridge.step(0):
+            latency.record(1, {"phase": "gen"})
+            early.record(3)
+            bridge.reader.collect()  # anyone may call it: the SDK makes collect() public
+            latency.record(4, {"phase": "gen"})
+            bridge.reader.collect()
+            latency.record(10, {"phase": "gen"})
+        with bridge.step(1):
+            latency.record(2, {"phase": "gen"})
+        records = [bridge.collect(0), bridge.collect(1)]
+    gen = "latency/phase.gen"
+    assert (records[0][f"{gen}/count"], records[0][f"{gen}/sum"]) == (3.0, 15.0)
+    assert (records[0][f"{gen}/min"], records[0][f"{gen}/max"]) == (1.0, 10.0)
+    assert (records[0]["early/count"], records[0]["early/sum"]) == (1.0, 3.0), "recorded before the collect() only"
+    assert (records[1][f"{gen}/count"], records[1][f"{gen}/sum"]) == (1.0, 2.0), "the next step starts afresh"
+    assert "early/count" not in records[1]

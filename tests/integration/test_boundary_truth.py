@@ -67,8 +67,10 @@ pytestmark = pytest.mark.integration
 
 # A boundary scrape reaches the servers within this long after the boundary. Measured on 2 cores with three bridges,
 # Prometheus and the traffic sharing them: the scrape path's boundary scrapes counted completions logged up to 43 ms
-# after the boundary (each /metrics render of the simulator takes ~11 ms under its lock, and the renders queue).
-BAND_S = 0.15
+# after the boundary (each /metrics render of the simulator takes ~11 ms under its lock, and the renders queue); with
+# four bridges and other test suites on the same 2 cores, up to ~200 ms. Still far below the scrape interval (1-3 s)
+# whose misattribution these tests exist to catch.
+BAND_S = 0.3
 SAMPLE_INTERVAL_S = 0.25  # the scrape path's in-step samples
 LAST_PHASE = 0.75  # the contiguous case's last step ends this much of an interval after a Prometheus scrape
 PATHS = ("auto", "samples", "rules", "scrape")

@@ -12,7 +12,8 @@ Statistics by metric kind (defaults in bold):
 - counter: **delta** (increase during the window, reset-aware), **rate** (delta / window seconds)
 - gauge: **last**, min, **max**, mean (over the samples taken inside the window)
 - histogram: **mean**, **p50**, **p99** (any ``pNN`` / ``pNN.N``), **count** (observations during the window), from
-  per-bucket increases
+  per-bucket increases; a quantile is Prometheus' estimate bounded by what the buckets and ``_sum`` prove
+  (:func:`quantile_bounds`)
 """
 
 from __future__ import annotations
@@ -167,13 +168,35 @@ def gauge_statistic(stat: str, samples: Sequence[Sample], window: StepWindow) ->
     raise ValueError(f"unknown gauge statistic {stat!r}; allowed: {', '.join(GAUGE_STATS)}")
 
 
+def _cumulative_buckets(buckets: Iterable[tuple[float, float]]) -> tuple[list[tuple[float, float]], bool] | None:
+    """``(upper_bound, cumulative_count)`` pairs merged by bound, sorted and made monotonic as Prometheus does.
+
+    The flag says whether a count had to be raised to its predecessor's (a histogram that is not cumulative).
+    ``None`` without a ``+Inf`` bucket or with fewer than two buckets.
+    """
+    merged: dict[float, float] = {}
+    for upper, count in buckets:
+        merged[upper] = merged.get(upper, 0.0) + count
+    ordered = sorted(merged.items())
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
+        return None
+    monotonic: list[tuple[float, float]] = []
+    running_max = -math.inf
+    for upper, count in ordered:
+        running_max = max(running_max, count)
+        monotonic.append((upper, running_max))
+    repaired = any(count != fixed for (_, count), (_, fixed) in zip(ordered, monotonic, strict=True))
+    return monotonic, repaired
+
+
 def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
     """Prometheus' ``histogram_quantile`` over ``(upper_bound, cumulative_count)`` buckets.
 
     Follows Prometheus' algorithm exactly (linear interpolation inside the bucket, the lowest bucket starting at 0, the
     ``+Inf`` bucket answered with the highest finite bound, non-monotonic counts repaired), so the scrape path and the
     PromQL path agree with ``histogram_quantile`` evaluated by Prometheus. Returns NaN when there are no observations,
-    no ``+Inf`` bucket or fewer than two buckets.
+    no ``+Inf`` bucket or fewer than two buckets. :func:`histogram_statistic` bounds this estimate with
+    :func:`quantile_bounds`.
     """
     if math.isnan(q):
         return math.nan
@@ -181,17 +204,10 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
         return -math.inf
     if q > 1:
         return math.inf
-    merged: dict[float, float] = {}
-    for upper, count in buckets:
-        merged[upper] = merged.get(upper, 0.0) + count
-    ordered = sorted(merged.items())
-    if len(ordered) < 2 or not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
+    prepared = _cumulative_buckets(buckets)
+    if prepared is None:
         return math.nan
-    monotonic: list[tuple[float, float]] = []
-    running_max = -math.inf
-    for upper, count in ordered:
-        running_max = max(running_max, count)
-        monotonic.append((upper, running_max))
+    monotonic = prepared[0]
     observations = monotonic[-1][1]
     if observations == 0 or math.isnan(observations):
         return math.nan
@@ -212,6 +228,81 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
     return bucket_start + (bucket_end - bucket_start) * (rank / count)
 
 
+# Relative slack for float rounding in ``_sum`` (the exporter adds observations one by one in binary floating point).
+_SUM_SLACK: Final = 1e-9
+
+
+def quantile_bounds(
+    q: float, buckets: Iterable[tuple[float, float]], total: float | None
+) -> tuple[float, float] | None:
+    """The interval ``[lower, upper]`` the q-quantile must lie in, proven by the ``buckets`` and ``_sum`` (``total``).
+
+    **Setting.** The histogram counts ``n`` observations ``x(1) <= ... <= x(n)`` (``n`` = the ``+Inf`` bucket's count)
+    whose sum is ``S`` (``total``). Bucket ``j`` holds the observations in ``(b[j-1], b[j]]``, with ``b[-1] = 0``:
+    observations are taken as non-negative, the assumption Prometheus' interpolation makes for the lowest bucket
+    (latencies, token counts). The q-quantile is the order statistic ``x(k)``, ``k = max(1, ceil(q*n))`` with ``q*n``
+    computed as Prometheus computes its rank, so ``x(k)`` lies in the bucket ``histogram_quantile`` interpolates in:
+    the first bucket ``j`` whose cumulative count ``C(j) >= k``. Its ranks are ``C(j-1)+1 .. C(j)``; the cumulative
+    counts place every other rank ``i`` in its bucket too, so ``lo(i) <= x(i) <= hi(i)`` with ``lo(i)``, ``hi(i)``
+    the bounds of that bucket (``hi(i) = inf`` in the ``+Inf`` bucket).
+
+    **Upper bound.** The ``a = C(j) - k + 1`` observations ranked ``k .. C(j)`` are each ``>= x(k)``; every other
+    observation ``i`` is ``>= lo(i)``. Adding the ``n`` inequalities: ``S >= a * x(k) + sum_{other i} lo(i)``, so::
+
+        x(k) <= (S - sum_{i outside k..C(j)} lo(i)) / (C(j) - k + 1).
+
+    **Lower bound.** The ``c = k - C(j-1)`` observations ranked ``C(j-1)+1 .. k`` are each ``<= x(k)``; every other
+    observation ``i`` is ``<= hi(i)``. So ``S <= c * x(k) + sum_{other i} hi(i)``::
+
+        x(k) >= (S - sum_{i outside C(j-1)+1..k} hi(i)) / (k - C(j-1)),
+
+    which says nothing when one of those other observations is in the ``+Inf`` bucket. (Bounding the observations
+    of other buckets by ``x(k)`` as well gains nothing: they lie wholly above or below ``x(k)``'s bucket, and the
+    interval is intersected with that bucket, ``lo(k) <= x(k) <= hi(k)``.)
+
+    **Example** (vLLM's ``request_queue_time_seconds``, lowest bucket ``le=0.3``): 200 requests all under 0.3 s with
+    ``S = 0.002`` s (mean 1e-5 s). Prometheus' p99 is ``0.3 * 0.99 = 0.297`` s. Here ``k = 198``, the 3 observations
+    ranked 198..200 are each ``>= p99`` and the others ``>= 0``, so ``p99 <= 0.002 / 3 = 6.7e-4`` s; the p50
+    (``k = 100``) is at most ``0.002 / 101 = 2.0e-5`` s.
+
+    ``None`` when nothing is proven this way: ``q`` not in ``(0, 1)``, no observations, fewer than two buckets or no
+    ``+Inf`` bucket, counts that are not whole numbers or not cumulative, a lowest bound ``<= 0`` (the histogram
+    expects observations that are not positive), no finite ``S``, or an ``S`` outside ``[sum lo(i), sum hi(i)]``
+    (``_sum`` and the buckets then describe different observations, and neither is trusted over the other).
+    """
+    if total is None or not math.isfinite(total) or not 0.0 < q < 1.0:
+        return None
+    prepared = _cumulative_buckets(buckets)
+    if prepared is None or prepared[1]:
+        return None
+    cumulative = [count for _, count in prepared[0]]
+    highs = [upper for upper, _ in prepared[0]]
+    lows = [0.0, *highs[:-1]]
+    counts = [cumulative[0], *(b - a for a, b in itertools.pairwise(cumulative))]
+    n = cumulative[-1]
+    if highs[0] <= 0 or n <= 0 or any(c != math.floor(c) for c in counts):
+        return None
+    all_lows = math.fsum(c * lo for c, lo in zip(counts, lows, strict=True))
+    all_highs = math.fsum(c * hi for c, hi in zip(counts, highs, strict=True) if c)
+    if total < all_lows * (1 - _SUM_SLACK) or total > all_highs * (1 + _SUM_SLACK):
+        return None
+    k = max(1.0, float(math.ceil(q * n)))
+    j = next(index for index, count in enumerate(cumulative) if count >= k)
+    before = cumulative[j - 1] if j else 0.0
+    at_or_above = cumulative[j] - k + 1  # ranks k .. C(j)
+    at_or_below = k - before  # ranks C(j-1)+1 .. k
+    upper = min(highs[j], (total - (all_lows - at_or_above * lows[j])) / at_or_above)
+    above = cumulative[j] - k  # ranks k+1 .. C(j)
+    others_high = math.fsum(
+        [
+            *(c * hi for i, (c, hi) in enumerate(zip(counts, highs, strict=True)) if c and i != j),
+            above * highs[j] if above else 0.0,
+        ]
+    )
+    lower = lows[j] if math.isinf(others_high) else max(lows[j], (total - others_high) / at_or_below)
+    return min(lower, upper), upper  # min: float rounding only, the sum check proves lower <= upper
+
+
 def histogram_statistic(
     stat: str,
     bucket_deltas: Iterable[tuple[float, float]],
@@ -221,7 +312,10 @@ def histogram_statistic(
     """A histogram statistic from the increases of its buckets, ``_sum`` and ``_count`` during the window.
 
     ``count`` is the number of observations made during the window, ``sum`` their total, ``mean`` their average
-    (NaN when there were none), ``pNN`` the quantile (NaN when there were none).
+    (NaN when there were none), ``pNN`` the quantile (NaN when there were none): Prometheus' ``histogram_quantile``
+    estimate, moved into the interval :func:`quantile_bounds` proves from the buckets and ``_sum`` when it lies
+    outside (then it is that interval's nearest end, e.g. the largest value the quantile can have). The bound is not
+    applied when ``_count`` and the ``+Inf`` bucket disagree (they do not count the same observations).
     """
     if stat == "count":
         return count_delta
@@ -234,4 +328,14 @@ def histogram_statistic(
     q = quantile_of(stat)
     if q is None:
         raise ValueError(f"unknown histogram statistic {stat!r}; allowed: {allowed_stats('histogram')}")
-    return histogram_quantile(q, bucket_deltas)
+    buckets = list(bucket_deltas)
+    estimate = histogram_quantile(q, buckets)
+    if math.isnan(estimate):
+        return estimate
+    observations = math.fsum(count for upper, count in buckets if upper == math.inf)
+    if count_delta is not None and observations != count_delta:
+        return estimate
+    bounds = quantile_bounds(q, buckets, sum_delta)
+    if bounds is None:
+        return estimate
+    return min(max(estimate, bounds[0]), bounds[1])

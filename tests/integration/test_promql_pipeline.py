@@ -19,6 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from otel_bridge import Bridge
 from otel_bridge.prometheus.promql import duration
+from otel_bridge.window import quantile_bounds
 from tests.conftest import Replica
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 from tests.helpers.metric_sets import TWENTY_METRICS
@@ -74,7 +75,11 @@ def scalar(prometheus: PrometheusServer, expr: str, at: float) -> float:
 
 
 def expected_from_prometheus(prometheus: PrometheusServer, record: dict[str, Any]) -> dict[str, float]:
-    """What Prometheus itself answers, one query per statistic, at the record's time= and window length."""
+    """What Prometheus itself answers, one query per statistic, at the record's time= and window length.
+
+    A quantile is Prometheus' ``histogram_quantile`` moved into the interval that Prometheus' own bucket and ``_sum``
+    increases prove (README, "Window statistics"), as both paths report it.
+    """
     end = round(record["time"], 3)
     length = duration(record["time"] - record["window_start"])
 
@@ -96,12 +101,21 @@ def expected_from_prometheus(prometheus: PrometheusServer, record: dict[str, Any
         "rollout/vllm/prefix_cache_hit_rate": (
             f"({delta('vllm:prefix_cache_hits_total')}) / ({delta('vllm:prefix_cache_queries_total')})"
         ),
-        "rollout/vllm/time_to_first_token_seconds/p50": quantile(0.5, ttft),
-        "rollout/vllm/time_to_first_token_seconds/p99": quantile(0.99, ttft),
         "rollout/vllm/time_to_first_token_seconds/count": delta(f"{ttft}_count"),
         "rollout/vllm/time_to_first_token_seconds/mean": f"({delta(f'{ttft}_sum')}) / ({delta(f'{ttft}_count')})",
     }
-    return {key: scalar(prometheus, expr, end) for key, expr in queries.items()}
+
+    def proven_quantile(q: float, name: str) -> float:
+        estimate = scalar(prometheus, quantile(q, name), end)
+        increases = f"sum by (le) ({name}_bucket) - sum by (le) ({name}_bucket offset {length})"
+        buckets = [(float(row["metric"]["le"]), float(row["value"][1])) for row in prometheus.query(increases, at=end)]
+        bounds = quantile_bounds(q, buckets, scalar(prometheus, delta(f"{name}_sum"), end))
+        return estimate if bounds is None else min(max(estimate, bounds[0]), bounds[1])
+
+    expected = {key: scalar(prometheus, expr, end) for key, expr in queries.items()}
+    expected["rollout/vllm/time_to_first_token_seconds/p50"] = proven_quantile(0.5, ttft)
+    expected["rollout/vllm/time_to_first_token_seconds/p99"] = proven_quantile(0.99, ttft)
+    return expected
 
 
 @pytest.mark.integration

@@ -20,6 +20,7 @@ from otel_bridge.window import (
     histogram_statistic,
     in_window,
     is_valid_stat,
+    quantile_bounds,
     quantile_of,
 )
 
@@ -303,6 +304,119 @@ def test_histogram_p99_9_agrees_with_prometheus_at_an_exact_bucket_boundary() ->
     buckets = [(0.1, 999.0), (1.0, 1000.0), (INF, 1000.0)]
     assert histogram_quantile(0.999, buckets) == 0.1
     assert histogram_statistic("p99.9", buckets, None, None) == 0.1
+
+
+# --- quantile_bounds: what the buckets and _sum prove ---
+
+# vLLM 0.32's request_queue_time_seconds buckets: the lowest is le=0.3
+QUEUE_BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, INF)
+
+
+def cumulative_buckets(
+    observations: list[float], bounds: tuple[float, ...] = QUEUE_BOUNDS
+) -> list[tuple[float, float]]:
+    return [(bound, float(sum(1 for x in observations if x <= bound))) for bound in bounds]
+
+
+def test_issue_example_every_request_under_0_3_s_with_a_mean_of_1e_5_s() -> None:
+    # 200 requests, all in the lowest bucket, 0.002 s of queueing in all
+    buckets = cumulative_buckets([1e-5] * 200)
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.297)  # what Prometheus answers
+    # k = 198: the 3 requests ranked 198..200 each queued >= p99, the others >= 0, so 3 * p99 <= 0.002
+    assert quantile_bounds(0.99, buckets, 0.002) == pytest.approx((0.0, 0.002 / 3))
+    assert histogram_statistic("p99", buckets, 0.002, 200.0) == pytest.approx(0.002 / 3)  # 6.7e-4 s, not 0.297 s
+    # k = 100: 101 requests each >= p50
+    assert histogram_statistic("p50", buckets, 0.002, 200.0) == pytest.approx(0.002 / 101)
+    assert histogram_statistic("mean", buckets, 0.002, 200.0) == pytest.approx(1e-5)
+
+
+def test_real_vllm_capture_twenty_requests_queued_for_0_00096_s_in_all() -> None:
+    # tests/fixtures/vllm: 20 completions, every queue time in le=0.3, _sum 0.000959310000325786
+    total = 0.000959310000325786
+    buckets = [(bound, 20.0) for bound in QUEUE_BOUNDS]
+    # p99 is the largest of the 20 (k = ceil(19.8) = 20): at most the sum, at least the mean
+    assert quantile_bounds(0.99, buckets, total) == pytest.approx((total / 20, total))
+    assert histogram_statistic("p99", buckets, total, 20.0) == pytest.approx(total)
+
+
+def test_a_sum_that_needs_an_outlier_lifts_the_quantile_out_of_the_highest_finite_bound() -> None:
+    # 9 observations <= 1 s and one above the highest finite bound, 100 s in all: the largest is >= 100 - 9 * 1
+    buckets = [(1.0, 9.0), (INF, 10.0)]
+    assert histogram_quantile(0.99, buckets) == 1.0
+    assert quantile_bounds(0.99, buckets, 100.0) == (91.0, 100.0)
+    assert histogram_statistic("p99", buckets, 100.0, 10.0) == 91.0
+
+
+def test_a_sum_near_the_bucket_top_lifts_the_quantile_inside_its_bucket() -> None:
+    # 10 observations in (0, 0.3] summing to 2.9 s: ranks 1..5 are <= p50, ranks 6..10 <= 0.3 s, so 5 * p50 >= 1.4
+    buckets = [(0.3, 10.0), (INF, 10.0)]
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.15)
+    assert histogram_statistic("p50", buckets, 2.9, 10.0) == pytest.approx(0.28)
+
+
+def test_an_estimate_inside_the_proven_interval_is_prometheus_answer() -> None:
+    # BUCKETS: 2 in (0, 0.1], 4 in (0.1, 0.5], 3 in (0.5, 1], 1 above; 3.5 in all
+    lower, upper = quantile_bounds(0.5, BUCKETS, 3.5) or (NAN, NAN)
+    assert lower <= histogram_quantile(0.5, BUCKETS) <= upper
+    assert histogram_statistic("p50", BUCKETS, 3.5, 10.0) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "total", "why"),
+    [
+        ([(0.3, 200.0), (INF, 200.0)], None, "no _sum"),
+        ([(0.3, 200.0), (INF, 200.0)], math.inf, "no finite _sum"),
+        ([(0.3, 200.0), (INF, 200.0)], -1.0, "a negative sum of non-negative observations"),
+        ([(0.3, 200.0), (INF, 200.0)], 61.0, "more than 200 observations <= 0.3 can sum to"),
+        ([(1.0, 9.0), (INF, 10.0)], 0.5, "less than 9 * 0 + 1 * 1 (one observation above 1)"),
+        ([(0.3, 2.5), (INF, 3.0)], 0.1, "counts that are not whole numbers"),
+        ([(0.3, 5.0), (0.5, 3.0), (INF, 5.0)], 0.1, "counts that are not cumulative"),
+        ([(0.0, 2.0), (1.0, 3.0), (INF, 3.0)], 0.1, "a lowest bound <= 0: observations may be negative"),
+        ([(0.3, 0.0), (INF, 0.0)], 0.0, "no observations"),
+        ([(INF, 5.0)], 1.0, "a single bucket"),
+    ],
+)
+def test_nothing_is_proven_from_inconsistent_or_unusable_histograms(
+    buckets: list[tuple[float, float]], total: float | None, why: str
+) -> None:
+    assert quantile_bounds(0.99, buckets, total) is None, why
+
+
+def test_the_bound_needs_count_and_buckets_to_count_the_same_observations() -> None:
+    buckets = cumulative_buckets([1e-5] * 200)
+    assert histogram_statistic("p99", buckets, 0.002, 201.0) == pytest.approx(0.297)  # _count disagrees: unbounded
+    assert histogram_statistic("p99", buckets, None, 200.0) == pytest.approx(0.297)  # no _sum: unbounded
+    assert histogram_statistic("p99", buckets, 0.002, None) == pytest.approx(0.002 / 3)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    observations=st.lists(
+        st.one_of(st.floats(min_value=0.0, max_value=300.0), st.sampled_from([0.0, 0.3, 0.5, 1.0, 2.5, 240.0])),
+        min_size=1,
+        max_size=60,
+    ),
+    q=st.sampled_from([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999]),
+)
+def test_the_true_quantile_is_always_inside_the_bounds_and_never_farther_than_prometheus(
+    observations: list[float], q: float
+) -> None:
+    buckets = cumulative_buckets(observations)
+    total = 0.0
+    for x in observations:  # as an exporter adds them, one by one
+        total += x
+    n = len(observations)
+    truth = sorted(observations)[max(1, math.ceil(q * n)) - 1]
+    bounds = quantile_bounds(q, buckets, total)
+    assert bounds is not None
+    lower, upper = bounds
+    slack = 1e-9 * (1.0 + total)
+    assert lower - slack <= truth <= upper + slack
+    estimate = histogram_quantile(q, buckets)
+    bounded = histogram_statistic(f"p{q * 100:g}", buckets, total, float(n))
+    assert bounded is not None
+    assert lower <= bounded <= upper
+    assert abs(bounded - truth) <= abs(estimate - truth) + slack
 
 
 # --- quantile_of / stat validation ---

@@ -23,7 +23,6 @@ import atexit
 import dataclasses
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import Any
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
+from otel_bridge.bridge_phases import PhaseMarks
 from otel_bridge.build import build_producers, create_backends, process_rank
 from otel_bridge.config import BridgeConfig
 from otel_bridge.discovery import RolloutServers, TargetWatcher
@@ -46,18 +46,19 @@ from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import NONFINITE_VALUES, Health
 from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource, check_meter_provider
+from otel_bridge.phases import PhaseLog
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
 from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
-from otel_bridge.step_queue import StepJob, StepQueue
+from otel_bridge.step_queue import StepJob, StepQueue, ranges
 from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 
 
-class Bridge:
+class Bridge(PhaseMarks):
     """Infrastructure and trainer metrics into trackers, one record per training step.
 
     Build it with :meth:`from_config`. Thread-safety: call ``step``/``log`` from one training thread.
@@ -137,6 +138,7 @@ class Bridge:
         self._open_step: int | None = None
         self._open_start = 0.0
         self._open_values: dict[str, float] = {}
+        self._phase_log = PhaseLog()
         self._pending: StepJob | None = None
         self._last_step: int | None = None
         self._last_boundary: float | None = None
@@ -246,7 +248,9 @@ class Bridge:
         end = time.time()
         self._boundary(end)
         window = StepWindow(step, self._open_start, end)
-        self._pending = StepJob(window, self.reader.snapshot_instruments(), self._open_values)
+        self._pending = StepJob(
+            window, self.reader.snapshot_instruments(), self._open_values, phases=self._phase_log.take(end)
+        )
         self._open_step, self._open_values = None, {}
         self._last_boundary = end
 
@@ -281,7 +285,8 @@ class Bridge:
         self.commit()
         end = time.time()
         self._boundary(end)
-        self._pending = StepJob(StepWindow(step, self._last_boundary, end), self.reader.snapshot_instruments(), values)
+        window = StepWindow(step, self._last_boundary, end)
+        self._pending = StepJob(window, self.reader.snapshot_instruments(), values, phases=self._phase_log.take(end))
         self._last_step, self._last_boundary = step, end
 
     def _numbers(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
@@ -316,7 +321,7 @@ class Bridge:
             if job is None:
                 return
             try:
-                self.reader.export_window(job.window, job.instruments, job.values, produce=job.infra)
+                self.reader.export_window(job.window, job.instruments, job.values, produce=job.infra, phases=job.phases)
             except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
                 _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
 
@@ -364,7 +369,7 @@ class Bridge:
             _log.error(
                 "otel-bridge: close() timed out after %.0fs assembling steps; never delivered: %s",
                 timeout,
-                _ranges(unassembled) or "the step being assembled",
+                ranges(unassembled) or "the step being assembled",
             )
         self._close_producers()
         self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
@@ -404,17 +409,6 @@ class Bridge:
 
     def __repr__(self) -> str:
         return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
-
-
-def _ranges(steps: list[int]) -> str:
-    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
-    out: list[str] = []
-    for step in sorted(steps):
-        if out and re.fullmatch(rf"(\d+-)?{step - 1}", out[-1]):
-            out[-1] = f"{out[-1].split('-')[0]}-{step}"
-        else:
-            out.append(str(step))
-    return ", ".join(out)
 
 
 def install(

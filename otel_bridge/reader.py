@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from opentelemetry.sdk.metrics import Histogram
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
     HistogramDataPoint,
     Metric,
     MetricExporter,
@@ -36,6 +38,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
+from otel_bridge.phases import Phase
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
 from otel_bridge.suppression import instrumentation_suppressed
@@ -151,11 +154,12 @@ class StepMetricReader(MetricReader):
         trainer_values: Mapping[str, float] | None = None,
         *,
         produce: bool = True,
+        phases: Sequence[Phase] = (),
     ) -> MetricsData:
-        """One MetricsData for ``window``: window, instrument snapshot, trainer values, producers, health.
+        """One MetricsData for ``window``: window, instrument snapshot, trainer values, producers, health, phases.
 
         With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped) and the
-        window metric carries the attribute ``otel_bridge.infra_dropped``.
+        window metric carries the attribute ``otel_bridge.infra_dropped``; the phases' durations are still recorded.
         """
         window_attributes = {} if produce else {schema.INFRA_DROPPED_ATTRIBUTE: True}
         scopes = [
@@ -170,18 +174,47 @@ class StepMetricReader(MetricReader):
             scopes.append(
                 ScopeMetrics(scope=InstrumentationScope(schema.TRAINER_SCOPE), metrics=metrics, schema_url="")
             )
-        infra = self._produce(window) if produce else []
+        infra, phase_metrics, health = (
+            self._produce_all(window, phases) if produce else ([], [], self._health_metrics(window))
+        )
+        phase_metrics = [*phase_durations(window.step, phases), *phase_metrics]
         if infra:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.INFRA_SCOPE), metrics=infra, schema_url=""))
-        health = [
-            gauge_metric(name, [(dict(labels), value)], window) for name, labels, value in self._health.snapshot()
-        ]
+        if phase_metrics:
+            scopes.append(
+                ScopeMetrics(scope=InstrumentationScope(schema.PHASE_SCOPE), metrics=phase_metrics, schema_url="")
+            )
         if health:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.HEALTH_SCOPE), metrics=health, schema_url=""))
         own = ResourceMetrics(resource=self._resource, scope_metrics=scopes, schema_url="")
         return MetricsData(resource_metrics=[own, *instruments])
 
-    def _produce(self, window: StepWindow) -> list[Metric]:
+    def _health_metrics(self, window: StepWindow) -> list[Metric]:
+        return [gauge_metric(name, [(dict(labels), value)], window) for name, labels, value in self._health.snapshot()]
+
+    def _produce_all(
+        self, window: StepWindow, phases: Sequence[Phase]
+    ) -> tuple[list[Metric], list[Metric], list[Metric]]:
+        """The step's infrastructure metrics, its phases' (each point with the phase attribute) and the health gauges
+        as the step's producers left them.
+
+        Windows are produced in the order of their starts, the step's first among equals: a producer that keeps
+        samples between windows (the scrape producer) may then drop those before the start of the window it was
+        last asked about. Health is read right after the step's window, so the record's health is the step's.
+        """
+        order = sorted([None, *phases], key=lambda p: (_start_of(window) if p is None else p.start, p is not None))
+        infra: list[Metric] = []
+        per_phase: list[Metric] = []
+        health: list[Metric] = []
+        for phase in order:
+            if phase is None:
+                infra = self._produce(window)
+                health = self._health_metrics(window)
+            else:
+                per_phase.extend(with_phase(m, phase.key) for m in self._produce(phase.window(window.step), phase=True))
+        return infra, per_phase, health
+
+    def _produce(self, window: StepWindow, *, phase: bool = False) -> list[Metric]:
         metrics: list[Metric] = []
         failed = 0
         for producer in self._producers:
@@ -201,7 +234,8 @@ class StepMetricReader(MetricReader):
                 failed += 1
                 if self._warn.error(f"produce-bug:{name}", "step %d: %s raised unexpectedly", window.step, name):
                     _log.exception("traceback of the %s failure", name)
-        self._health.set(INFRA_UNAVAILABLE, float(failed))
+        if not phase:
+            self._health.set(INFRA_UNAVAILABLE, float(failed))
         return metrics
 
     def export_window(
@@ -211,6 +245,7 @@ class StepMetricReader(MetricReader):
         trainer_values: Mapping[str, float] | None = None,
         *,
         produce: bool = True,
+        phases: Sequence[Phase] = (),
     ) -> MetricsData:
         """Assemble the step's MetricsData and hand it to the exporter.
 
@@ -218,7 +253,7 @@ class StepMetricReader(MetricReader):
         exports): an instrumented ``requests`` in the trainer does not record the bridge's own HTTP calls.
         """
         with instrumentation_suppressed():
-            data = self.assemble(window, instruments, trainer_values, produce=produce)
+            data = self.assemble(window, instruments, trainer_values, produce=produce, phases=phases)
             if self._exporter_closed:
                 self._warn.error(
                     "export-after-shutdown",
@@ -253,6 +288,30 @@ class StepMetricReader(MetricReader):
             self.on_shutdown(max(0.0, deadline - time.monotonic()))
         self._exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
         self._exporter_closed = True
+
+
+def _start_of(window: StepWindow) -> float:
+    return -math.inf if window.start is None else window.start
+
+
+def phase_durations(step: int, phases: Sequence[Phase]) -> list[Metric]:
+    """One :data:`~otel_bridge.schema.PHASE_SECONDS_METRIC` per phase, stamped with the phase's window."""
+    return [
+        gauge_metric(schema.PHASE_SECONDS_METRIC, [({schema.PHASE_ATTRIBUTE: p.key}, p.seconds)], p.window(step))
+        for p in phases
+    ]
+
+
+def with_phase(metric: Metric, phase: str) -> Metric:
+    """``metric`` with the phase attribute added to each of its gauge points."""
+    data = metric.data
+    if not isinstance(data, Gauge):
+        return metric
+    points = [
+        dataclasses.replace(p, attributes={**(p.attributes or {}), schema.PHASE_ATTRIBUTE: phase})
+        for p in data.data_points
+    ]
+    return dataclasses.replace(metric, data=dataclasses.replace(data, data_points=points))
 
 
 _PointKey = tuple[str, str, frozenset[tuple[str, Any]]]

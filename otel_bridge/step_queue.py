@@ -9,6 +9,7 @@ step anyway. The trainer's own metrics are never dropped; each drop is counted i
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from opentelemetry.sdk.metrics.export import ResourceMetrics
 
 from otel_bridge.health import DROPPED_INFRA, Health
+from otel_bridge.phases import Phase
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 
@@ -26,12 +28,13 @@ _log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class StepJob:
-    """One step waiting for delivery: its window, the instrument snapshot, the trainer's values."""
+    """One step waiting for delivery: its window, the instrument snapshot, the trainer's values, its phases."""
 
     window: StepWindow
     instruments: Sequence[ResourceMetrics]
     values: dict[str, float] = field(default_factory=dict)
     infra: bool = True
+    phases: tuple[Phase, ...] = ()
 
 
 class StepQueue:
@@ -98,3 +101,14 @@ class StepQueue:
             self._jobs.clear()
             self._cond.notify_all()
             return steps
+
+
+def ranges(steps: list[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    out: list[str] = []
+    for step in sorted(steps):
+        if out and re.fullmatch(rf"(\d+-)?{step - 1}", out[-1]):
+            out[-1] = f"{out[-1].split('-')[0]}-{step}"
+        else:
+            out.append(str(step))
+    return ", ".join(out)

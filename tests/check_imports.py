@@ -35,11 +35,21 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.signals",
             "otel_bridge.meter_provider",
             "otel_bridge.step_queue",
+            "otel_bridge.bridge_phases",
         ),
     ),
     ("pipeline", ("otel_bridge.reader", "otel_bridge.producers", "otel_bridge.exporters")),
     ("sources", ("otel_bridge.prometheus", "otel_bridge.discovery", "otel_bridge.simulation")),
-    ("model", ("otel_bridge.config", "otel_bridge.config_secrets", "otel_bridge.schema", "otel_bridge.window")),
+    (
+        "model",
+        (
+            "otel_bridge.config",
+            "otel_bridge.config_secrets",
+            "otel_bridge.schema",
+            "otel_bridge.window",
+            "otel_bridge.phases",
+        ),
+    ),
     (
         "foundation",
         (

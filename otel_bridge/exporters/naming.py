@@ -111,6 +111,19 @@ def infra_key(
     return sanitize_key("/".join(parts))
 
 
+PHASE_PREFIX: Final = "phase"
+"""First segment of every per-phase key: the phases get their own section in wandb, TensorBoard and MLflow."""
+
+
+def phase_key(phase: str, key: str) -> str:
+    """The tracker key of ``key`` (an infrastructure key, or ``seconds``) measured over phase ``phase``.
+
+    ``phase/<phase>/<key>``: ``phase_key("gen", "rollout/vllm/generation_tokens_total/rate")`` is
+    ``"phase/gen/rollout/vllm/generation_tokens_total/rate"``; the phase's duration is ``phase/gen/seconds``.
+    """
+    return sanitize_key(f"{PHASE_PREFIX}/{_single_segment(phase)}/{key}")
+
+
 def trainer_key(name: str) -> str:
     """The tracker key of a trainer metric.
 

@@ -5,6 +5,8 @@ Flattening rules (all key rules live in :mod:`otel_bridge.exporters.naming`):
 - scope ``otel_bridge.window``: the step and its window (not a key);
 - scope ``otel_bridge.infrastructure``: ``<prefix>/<metric name with ':' as '/'>/<stat>[/<label>.<value>...]``;
 - scope ``otel_bridge.trainer`` (``bridge.log()``): the trainer's own keys, as given (made valid for every backend);
+- scope ``otel_bridge.phase``: ``phase/<phase>/seconds`` and ``phase/<phase>/<infrastructure key>`` (the phase's
+  window statistics, keyed as the step's are);
 - scope ``otel_bridge.health``: ``otel_bridge/...`` keys;
 - any other scope (the trainer's OTel instruments): the instrument name, plus ``/<label>.<value>`` per attribute;
   histograms as ``/count``, ``/sum``, ``/mean``, ``/min``, ``/max`` of the step's observations.
@@ -38,7 +40,7 @@ from opentelemetry.sdk.metrics.export import (
 
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus
-from otel_bridge.exporters.naming import KeyRegistry, infra_key, sanitize_key, trainer_key
+from otel_bridge.exporters.naming import KeyRegistry, infra_key, phase_key, sanitize_key, trainer_key
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -46,6 +48,9 @@ from otel_bridge.schema import (
     HEALTH_SCOPE,
     INFRA_DROPPED_ATTRIBUTE,
     INFRA_SCOPE,
+    PHASE_ATTRIBUTE,
+    PHASE_SCOPE,
+    PHASE_SECONDS_METRIC,
     STAT_ATTRIBUTE,
     STEP_METRIC,
     TRAINER_SCOPE,
@@ -161,6 +166,15 @@ class TrackerExporter(MetricExporter):
             stat = attributes.pop(STAT_ATTRIBUTE, None)
             assert isinstance(point, NumberDataPoint)
             yield source, infra_key(metric_name, stat, attributes, prefix=self._prefix), float(point.value)
+        elif scope_name == PHASE_SCOPE:
+            assert isinstance(point, NumberDataPoint)
+            phase = attributes.pop(PHASE_ATTRIBUTE, "")
+            if metric_name == PHASE_SECONDS_METRIC:
+                yield source, phase_key(phase, "seconds"), float(point.value)
+            else:
+                stat = attributes.pop(STAT_ATTRIBUTE, None)
+                key = infra_key(metric_name, stat, attributes, prefix=self._prefix)
+                yield source, phase_key(phase, key), float(point.value)
         elif scope_name == TRAINER_SCOPE:
             assert isinstance(point, NumberDataPoint)
             yield source, trainer_key(metric_name), float(point.value)

@@ -240,7 +240,8 @@ class ScrapeProducer:
             )
         with self._cond:
             relevant = self._relevant(window)
-            self._prune(window.end)
+            if window.start is not None:  # a later window may start anywhere from here on (a phase of this step)
+                self._prune(window.start)
         self._health.set(BOUNDARY_LAG, _boundary_lag(relevant, window))
         by_name = self._series(relevant)
         metrics = []
@@ -287,12 +288,13 @@ class ScrapeProducer:
                     base.insert(0, Snapshot(t=older.t, boundary=False, families={instance: older.families[instance]}))
         return sorted(base, key=lambda s: s.t) + [s for s in snapshots if s.t > start]
 
-    def _prune(self, end: float) -> None:
-        """Drop snapshots no later window can use: everything before the last one at or before ``end``, keeping
-        each target's latest answer among them."""
+    def _prune(self, start: float) -> None:
+        """Drop snapshots no later window can use: everything before the last one at or before ``start``, keeping
+        each target's latest answer among them. Windows are asked for in the order of their starts (a step's, then
+        its phases'), so a later one never starts before ``start``."""
         keep_from = 0
         for index, snapshot in enumerate(self._snapshots):
-            if snapshot.t <= end:
+            if snapshot.t <= start:
                 keep_from = index
         for snapshot in self._snapshots[:keep_from]:
             for instance, families in snapshot.families.items():

@@ -1,0 +1,98 @@
+"""Phases: the named, sequential parts of a training step (``gen``, ``update_actor``...), each with its own window.
+
+``with bridge.phase("gen")`` (or ``begin_phase``/``end_phase``) marks ``(enter, exit]`` like a step, and the step's
+record gets, per phase, its duration and the same infrastructure statistics as the step, computed over the phase's
+window. Phases do not nest and do not overlap; a step may have gaps between phases (time spent in no phase) and may
+repeat a name: the second ``gen`` of a step is recorded as ``gen_2``, the third as ``gen_3``.
+
+A phase belongs to the step record of the next step boundary: the step open around it (``with bridge.step``), or,
+in a loop that only calls ``bridge.log(metrics, step)`` at the end of each step (verl's), the step that log closes.
+
+This module is the training-thread bookkeeping only (no I/O): :class:`PhaseLog` turns begin/end calls into
+:class:`Phase` values that travel with the step to the delivery worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from otel_bridge.errors import StepOrderError
+from otel_bridge.window import StepWindow
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One ended phase: ``name`` as given, ``key`` unique within its step (``gen``, ``gen_2``...), ``(start, end]``."""
+
+    name: str
+    key: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        """The phase's duration."""
+        return self.end - self.start
+
+    def window(self, step: int) -> StepWindow:
+        """The phase as a window of step ``step``: what producers compute the phase's statistics over."""
+        return StepWindow(step, self.start, self.end)
+
+
+class PhaseLog:
+    """The phases since the last step boundary, in order. Used on the training thread only."""
+
+    def __init__(self) -> None:
+        self._open: tuple[str, float] | None = None
+        self._ended: list[Phase] = []
+        self._auto_closed: str | None = None
+
+    @property
+    def open_name(self) -> str | None:
+        """The phase open now, if any."""
+        return None if self._open is None else self._open[0]
+
+    def begin(self, name: str, t: float) -> None:
+        """Open phase ``name`` at ``t``; raises :class:`StepOrderError` while another phase is open."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a phase needs a non-empty name, got {name!r}")
+        if self._open is not None:
+            raise StepOrderError(
+                f"phase {name!r} began while phase {self._open[0]!r} is still open: phases do not nest; "
+                f"end {self._open[0]!r} first"
+            )
+        self._open, self._auto_closed = (name, t), None
+
+    def end(self, name: str, t: float) -> bool:
+        """End phase ``name`` at ``t``. Returns ``False`` (nothing to do) when a step boundary already ended it;
+        raises :class:`StepOrderError` when ``name`` is not the open phase."""
+        if self._open is None and self._auto_closed == name:
+            self._auto_closed = None
+            return False
+        if self._open is None or self._open[0] != name:
+            raise StepOrderError(f"end_phase({name!r}) without begin_phase({name!r}) (open phase: {self.open_name})")
+        start = self._open[1]
+        self._open = None
+        self._ended.append(Phase(name, self._unique(name), start, max(start, t)))
+        return True
+
+    def _unique(self, name: str) -> str:
+        taken = {p.key for p in self._ended}
+        key, n = name, 1
+        while key in taken:
+            n += 1
+            key = f"{name}_{n}"
+        return key
+
+    def take(self, boundary: float) -> tuple[Phase, ...]:
+        """The phases of the step whose boundary is ``boundary``; a phase still open is ended there (logged)."""
+        if self._open is not None:
+            name = self._open[0]
+            _log.warning("otel-bridge: phase %r was still open at the step boundary; it ends there", name)
+            self.end(name, boundary)
+            self._auto_closed = name
+        ended, self._ended = tuple(self._ended), []
+        return ended

@@ -1,0 +1,147 @@
+"""Phases against real servers: each phase's window statistics equal the traffic the test generates inside it.
+
+Two simulated vLLM replicas (tests/conftest.py). Each step has a ``gen`` phase (requests finish on both replicas, KV
+cache busy), a gap (traffic that belongs to the step but to no phase) and an ``update`` phase (KV cache idle, one
+small request), so a per-phase delta that leaked into a neighbour, or a step total that lost a phase, shows.
+
+- Scrape path: the sampler scrapes at each boundary; the test waits until every replica has served the boundary's
+  scrape before generating traffic, so each completion lies on a known side of every boundary: exact.
+- PromQL path: a real Prometheus scrapes every 1 s; the test keeps 1.5 s of quiet around every boundary, so Prometheus
+  sees every state (as in test_window_truth.py): exact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge import Bridge
+from tests.conftest import Replica
+from tests.helpers.prometheus_server import PrometheusServer
+
+METRICS: list[dict[str, Any]] = [
+    {"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]},
+    {"name": "vllm:request_success_total", "type": "counter", "stats": ["delta"]},
+    {"name": "vllm:kv_cache_usage_perc", "type": "gauge", "stats": ["max"]},
+    {"name": "vllm:time_to_first_token_seconds", "type": "histogram", "stats": ["count", "p50"]},
+]
+TOKENS = "rollout/vllm/generation_tokens_total/delta"
+REQUESTS = "rollout/vllm/request_success_total/delta"
+KV_MAX = "rollout/vllm/kv_cache_usage_perc/max"
+TTFT_COUNT = "rollout/vllm/time_to_first_token_seconds/count"
+TTFT_P50 = "rollout/vllm/time_to_first_token_seconds/p50"
+
+
+@dataclass
+class Truth:
+    tokens: dict[str, int] = field(default_factory=lambda: {"gen": 0, "gap": 0, "update": 0})
+    requests: dict[str, int] = field(default_factory=lambda: {"gen": 0, "gap": 0, "update": 0})
+
+
+def finish(replica: Replica, truth: Truth, part: str, tokens: int, ttft_s: float = 0.03) -> None:
+    replica.sim.complete_request(
+        prompt_tokens=16, generation_tokens=tokens, ttft_s=ttft_s, e2e_s=ttft_s + 0.2, queue_s=0.0, itl_s=0.001
+    )
+    truth.tokens[part] += tokens
+    truth.requests[part] += 1
+
+
+def run_step(
+    bridge: Bridge, step: int, replicas: list[Replica], settle: Callable[[], None], hold: Callable[[], None]
+) -> Truth:
+    """One step: gen, gap, update; ``settle()`` after every boundary, before any traffic; ``hold()`` after the traffic
+    of a phase, before it ends."""
+    truth = Truth()
+    with bridge.step(step):
+        settle()
+        with bridge.phase("gen"):
+            settle()
+            for k in range(3):
+                finish(replicas[0], truth, "gen", 40 + 10 * step + k)
+                finish(replicas[1], truth, "gen", 25 + k)
+            for replica in replicas:
+                replica.sim.set_kv_cache_usage(0.75)
+            hold()
+        settle()
+        for replica in replicas:
+            replica.sim.set_kv_cache_usage(0.0)  # rollout done: the KV cache is idle from here on
+        finish(replicas[1], truth, "gap", 7)
+        with bridge.phase("update"):
+            settle()
+            finish(replicas[0], truth, "update", 2, ttft_s=0.5)
+            hold()
+        settle()
+    settle()
+    return truth
+
+
+def check(record: dict[str, float], truth: Truth) -> None:
+    assert record[f"phase/gen/{TOKENS}"] == truth.tokens["gen"]
+    assert record[f"phase/gen/{REQUESTS}"] == truth.requests["gen"]
+    assert record[f"phase/gen/{TTFT_COUNT}"] == truth.requests["gen"]
+    assert record[f"phase/update/{TOKENS}"] == truth.tokens["update"]
+    assert record[f"phase/update/{REQUESTS}"] == truth.requests["update"] == 1
+    assert record[f"phase/update/{TTFT_COUNT}"] == 1
+    assert 0.25 < record[f"phase/update/{TTFT_P50}"] <= 0.5  # the one slow request's bucket, not gen's fast ones
+    assert record[f"phase/gen/{TTFT_P50}"] <= 0.05
+    # KV cache: busy during gen, idle during the whole update phase (summed over the two replicas)
+    assert record[f"phase/gen/{KV_MAX}"] == pytest.approx(1.5)
+    assert record[f"phase/update/{KV_MAX}"] == 0.0
+    # the step counts its phases and its gap: phases are windows inside the step, not a partition of it
+    assert record[TOKENS] == sum(truth.tokens.values())
+    assert record[REQUESTS] == sum(truth.requests.values())
+    assert record[KV_MAX] == pytest.approx(1.5)
+    gen_s, update_s = record["phase/gen/seconds"], record["phase/update/seconds"]
+    assert gen_s > 0
+    assert update_s > 0
+    assert gen_s + update_s <= record["time"] - record["window_start"]
+
+
+def values(bridge: Bridge, step: int) -> dict[str, float]:
+    record = bridge.record(step)
+    assert record is not None
+    assert record.window_start is not None
+    return {**record.values, "time": record.time, "window_start": record.window_start}
+
+
+def test_phase_windows_count_the_traffic_inside_each_phase_on_the_scrape_path(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    config = {
+        "metrics": METRICS,
+        "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": 3600},
+        "run": {"name": "phases-scrape", "dir": str(tmp_path)},
+    }
+    boundaries = 0
+
+    def settle() -> None:  # every replica has served the scrape of the boundary just made
+        nonlocal boundaries
+        boundaries += 1
+        for replica in replicas:
+            replica.wait_for_scrapes(1 + boundaries)  # 1: the start-up scrape
+
+    with Bridge.from_config(config) as bridge:
+        truths = [run_step(bridge, step, replicas, settle, lambda: None) for step in range(3)]
+    for step, truth in enumerate(truths):
+        check(values(bridge, step), truth)
+
+
+@pytest.mark.integration
+def test_phase_windows_count_the_traffic_inside_each_phase_on_the_promql_path(
+    tmp_path: Path, replicas: list[Replica], prometheus: PrometheusServer
+) -> None:
+    config = {
+        "metrics": METRICS,
+        "prometheus": {"url": prometheus.url, "scrape_interval_s": 1},
+        "run": {"name": "phases-promql", "dir": str(tmp_path)},
+    }
+    with Bridge.from_config(config) as bridge:
+        quiet = lambda: time.sleep(1.5)  # noqa: E731
+        truths = [run_step(bridge, step, replicas, quiet, quiet) for step in range(2)]
+    for step, truth in enumerate(truths):
+        check(values(bridge, step), truth)

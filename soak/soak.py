@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-tolerance-mb", type=float, default=20.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("otel_bridge.prometheus.client").setLevel(logging.WARNING)  # per-request failure lines
+    logging.getLogger("otel_bridge.prometheus.transport").setLevel(logging.WARNING)  # per-request failure lines
     results = run(args.steps, args.step_sleep_s, args.out, args.rss_tolerance_mb)
     summary = {k: results[k] for k in ("elapsed_s", "delivery", "flatness", "health", "passed", "path")}
     sys.stdout.write(json.dumps(summary, indent=2) + "\n")

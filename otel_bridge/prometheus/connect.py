@@ -1,4 +1,4 @@
-"""A :class:`PrometheusClient` built from the ``prometheus`` config section (URL discovery, auth, TLS, caps)."""
+"""A :class:`PrometheusClient` built from the ``prometheus`` config section, its ``url: auto`` resolved."""
 
 from __future__ import annotations
 
@@ -23,19 +23,4 @@ def connect(prom: PrometheusConfig, url: str | None = None) -> PrometheusClient:
             url = resolve_prometheus_url(AUTO, ray_port=prom.ray_port).url
         else:
             url = prom.url
-    tls = prom.tls
-    return PrometheusClient(
-        url,
-        timeout_s=prom.timeout_s,
-        retries=prom.retries,
-        backoff_s=prom.backoff_s,
-        bearer_token=prom.auth.bearer_token(),
-        basic_auth=prom.auth.basic_auth(),
-        verify=tls.verify,
-        ca_file=str(tls.ca_file) if tls.ca_file else None,
-        cert_file=str(tls.cert_file) if tls.cert_file else None,
-        key_file=str(tls.key_file) if tls.key_file else None,
-        max_response_bytes=prom.max_response_bytes,
-        max_series=prom.max_series,
-        post_threshold_bytes=prom.post_threshold_bytes,
-    )
+    return PrometheusClient(prom, url)

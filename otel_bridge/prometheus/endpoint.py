@@ -1,16 +1,26 @@
-"""Reading one ``/metrics`` endpoint over HTTP, with a timeout and a cap on the body size."""
+"""Reading one ``/metrics`` endpoint over HTTP, through the bridge's one transport (deadline, body cap, TLS)."""
 
 from __future__ import annotations
 
-import requests
-
 from otel_bridge.errors import ScrapeError
+from otel_bridge.prometheus.transport import Transport, TransportError
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
 
+# What a failure of these kinds says, with the key or the place to fix.
+_FAILURES = {
+    "too_large": "body larger than {limit} bytes ({reason}); raise scrape.max_response_bytes if this endpoint is "
+    "legitimately that large",
+    "redirects": "{reason}; list the final /metrics URL in scrape.targets",
+    "cut_off": "the answer was cut off after {reason} bytes; check the server and any proxy in between",
+    "undecodable": "the answer could not be decompressed ({reason}); check any proxy in between",
+    "malformed": "the answer is not valid HTTP ({reason}); check that this is a /metrics URL",
+}
+
 
 class MetricsEndpoint:
-    """A ``/metrics`` URL, read with a ``requests.Session`` of its own (sessions are not shared across threads)."""
+    """A ``/metrics`` URL, read with a transport of its own (one connection pool per endpoint, no retries: the
+    next scrape is the retry). Each read, connect to last body byte, ends within ``timeout_s``."""
 
     def __init__(
         self,
@@ -22,13 +32,13 @@ class MetricsEndpoint:
         cert: tuple[str, str] | str | None = None,
     ) -> None:
         self.url = url
-        self._timeout_s = timeout_s
-        self._max_bytes = max_response_bytes
-        self._session = requests.Session()
-        self._session.verify = verify
-        if cert is not None:
-            self._session.cert = cert
-        self._session.headers.update({"Accept": ACCEPT, "User-Agent": "otel-bridge"})
+        self._transport = Transport(
+            timeout_s=timeout_s,
+            max_response_bytes=max_response_bytes,
+            verify=verify,
+            cert=cert,
+            headers={"Accept": ACCEPT, "User-Agent": "otel-bridge"},
+        )
 
     def __repr__(self) -> str:
         return f"MetricsEndpoint({self.url!r})"
@@ -36,31 +46,30 @@ class MetricsEndpoint:
     def fetch(self) -> str:
         """The exposition text; :class:`ScrapeError` saying what failed (connection, status, size, encoding)."""
         try:
-            with self._session.get(self.url, timeout=self._timeout_s, stream=True) as response:
-                if response.status_code != 200:
-                    raise ScrapeError(
-                        f"scraping {self.url} failed: HTTP {response.status_code}; check that this is a /metrics URL",
-                        url=self.url,
-                    )
-                body = bytearray()
-                for chunk in response.iter_content(chunk_size=65536):
-                    body.extend(chunk)
-                    if len(body) > self._max_bytes:
-                        raise ScrapeError(
-                            f"scraping {self.url} failed: body larger than {self._max_bytes} bytes; "
-                            "raise scrape.max_response_bytes if this endpoint is legitimately that large",
-                            url=self.url,
-                        )
-        except requests.RequestException as exc:
+            answer = self._transport.get(self.url)
+        except TransportError as exc:
+            raise ScrapeError(f"scraping {self.url} failed: {self._failure(exc)}", url=self.url) from None
+        if answer.status != 200:
             raise ScrapeError(
-                f"scraping {self.url} failed: {type(exc).__name__}: {exc}; check that the server is up",
-                url=self.url,
-            ) from None
+                f"scraping {self.url} failed: HTTP {answer.status}; check that this is a /metrics URL", url=self.url
+            )
         try:
-            return body.decode("utf-8")
+            return answer.body.decode("utf-8")
         except UnicodeDecodeError:
             raise ScrapeError(f"scraping {self.url} failed: the body is not UTF-8 text", url=self.url) from None
 
     def close(self) -> None:
-        """Close the HTTP session."""
-        self._session.close()
+        """Close the HTTP connections."""
+        self._transport.close()
+
+    def _failure(self, exc: TransportError) -> str:
+        """What went wrong and which ``scrape`` key or server to fix."""
+        if exc.kind in _FAILURES:
+            return _FAILURES[exc.kind].format(reason=exc.reason, limit=self._transport.max_response_bytes)
+        if exc.tls == "verify":
+            return f"{exc.reason}; set scrape.tls.ca_file to the CA bundle that signed its certificate"
+        if exc.tls == "handshake":
+            return f"{exc.reason}; check the URL's scheme and scrape.tls.cert_file / scrape.tls.key_file"
+        if exc.timed_out:
+            return f"{exc.reason}; check that the server is up, or raise scrape.timeout_s"
+        return f"{exc.reason}; check that the server is up"

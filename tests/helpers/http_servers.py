@@ -8,7 +8,7 @@ body. Use it wherever a test needs a real socket instead of a mock::
     from tests.helpers.http_servers import ScriptedHTTPServer, json_response, prom_vector, sequence
 
     with ScriptedHTTPServer(lambda req: prom_vector([({"job": "vllm"}, 1.0)])) as server:
-        client = PrometheusClient(server.url)
+        client = PrometheusClient(PrometheusConfig(), server.url)
         ...
         assert server.requests[0].path == "/api/v1/query"
 
@@ -25,7 +25,7 @@ starts with ``https://``. :func:`make_self_signed_cert` (needs the ``openssl`` c
 
     files = make_self_signed_cert(tmp_path)
     with ScriptedHTTPServer(handler, ssl_context=server_ssl_context(files)) as server:
-        PrometheusClient(server.url, ca_file=files.cert)
+        PrometheusClient(PrometheusConfig(tls={"ca_file": files.cert}), server.url)
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ class Response:
     * ``truncate_after``: announce the full ``Content-Length`` but send only the first N body bytes, then
       close the connection.
     * ``chunked``: send the body with ``Transfer-Encoding: chunked`` and no ``Content-Length``.
+    * ``trickle_s``: send the answer one byte every ``trickle_s`` seconds, from its status line on (or from the body
+      on, with ``trickle_body_only``), until it is complete, the client goes away or the server closes.
     """
 
     status: int = 200
@@ -124,6 +126,8 @@ class Response:
     hang: bool = False
     truncate_after: int | None = None
     chunked: bool = False
+    trickle_s: float = 0.0
+    trickle_body_only: bool = False
 
 
 Handler = Callable[[RecordedRequest], Response]
@@ -309,7 +313,29 @@ def _make_request_handler(server: ScriptedHTTPServer) -> type[BaseHTTPRequestHan
             if response.drop_connection:
                 self.close_connection = True
                 return
+            if response.trickle_s > 0:
+                self._trickle(response)
+                return
             self._send(response)
+
+        def _trickle(self, response: Response) -> None:
+            self.close_connection = True
+            head = [f"HTTP/1.1 {response.status} {self.responses.get(response.status, ('',))[0]}\r\n"]
+            headers = {**response.headers, "Content-Length": str(len(response.body)), "Connection": "close"}
+            head += [f"{name}: {value}\r\n" for name, value in headers.items()]
+            raw_head = ("".join(head) + "\r\n").encode("latin-1")
+            at_once = raw_head if response.trickle_body_only else b""
+            rest = (raw_head + response.body)[len(at_once) :]
+            try:
+                self.wfile.write(at_once)
+                self.wfile.flush()
+                for index in range(len(rest)):
+                    if server.stopping.wait(response.trickle_s if index else 0):
+                        return
+                    self.wfile.write(rest[index : index + 1])
+                    self.wfile.flush()
+            except OSError:
+                return  # the client gave up
 
         def _send(self, response: Response) -> None:
             self.send_response(response.status)

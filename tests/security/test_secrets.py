@@ -102,8 +102,7 @@ def test_secrets_never_leak_when_requests_fail(
         with pytest.raises(OtelBridgeError) as caught:
             Bridge.from_config(loaded)
         texts += exception_texts(caught.value)
-        auth = loaded.prometheus.auth
-        client = PrometheusClient(echo_server.url, bearer_token=auth.bearer_token(), basic_auth=auth.basic_auth())
+        client = PrometheusClient(loaded.prometheus, echo_server.url)
         texts.append(repr(client))
         with client, pytest.raises(OtelBridgeError) as caught_client:
             client.query("up")

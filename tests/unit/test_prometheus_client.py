@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from otel_bridge.config import BridgeConfig, PrometheusConfig
 from otel_bridge.errors import (
     ConfigError,
     PrometheusAPIError,
@@ -67,15 +68,37 @@ def serve() -> Iterator[ServeFn]:
         server.close()
 
 
+TLS_KEYS = ("verify", "ca_file", "cert_file", "key_file")
+
+
+def prometheus_config(
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    bearer_token: str | None = None,
+    basic_auth: tuple[str, str] | None = None,
+    **options: Any,
+) -> PrometheusConfig:
+    """The ``prometheus`` section for ``options`` (its keys, ``tls`` keys at the top), secrets given through env."""
+    auth: dict[str, str] = {}
+    if bearer_token is not None:
+        monkeypatch.setenv("TEST_PROMETHEUS_TOKEN", bearer_token)
+        auth = {"bearer_token_env": "TEST_PROMETHEUS_TOKEN"}
+    if basic_auth is not None:
+        monkeypatch.setenv("TEST_PROMETHEUS_PASSWORD", basic_auth[1])
+        auth = {"username": basic_auth[0], "password_env": "TEST_PROMETHEUS_PASSWORD"}
+    tls = {key: options.pop(key) for key in TLS_KEYS if key in options}
+    return PrometheusConfig.model_validate({**options, "auth": auth, "tls": tls})
+
+
 @pytest.fixture
-def client() -> Iterator[ClientFn]:
+def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[ClientFn]:
     """Build PrometheusClients with fast test defaults; all are closed at teardown."""
     clients: list[PrometheusClient] = []
 
-    def build(url: str, **kwargs: Any) -> PrometheusClient:
+    def build(url: str, *, user_agent: str = "otel-bridge", **kwargs: Any) -> PrometheusClient:
         options: dict[str, Any] = {"timeout_s": 2.0, "retries": 2, "backoff_s": 0.01}
         options.update(kwargs)
-        made = PrometheusClient(url, **options)
+        made = PrometheusClient(prometheus_config(monkeypatch, **options), url, user_agent=user_agent)
         clients.append(made)
         return made
 
@@ -102,7 +125,6 @@ def test_closed_port_is_unreachable_with_actionable_message(client: ClientFn) ->
     assert "3 attempts" in message
     assert "check prometheus.url and that Prometheus is running" in message
     assert caught.value.url == f"{url}/api/v1/query"
-    assert prom.requests_sent == 0  # nothing ever reached a server
 
 
 def test_hanging_server_is_retried_then_unreachable(serve: ServeFn, client: ClientFn) -> None:
@@ -113,7 +135,6 @@ def test_hanging_server_is_retried_then_unreachable(serve: ServeFn, client: Clie
     assert "read timeout" in str(caught.value)
     assert "raise prometheus.timeout_s" in str(caught.value)
     assert len(server.requests) == 3
-    assert prom.requests_sent == 3
 
 
 def test_dropped_connection_is_retried_and_recovers(serve: ServeFn, client: ClientFn) -> None:
@@ -121,8 +142,7 @@ def test_dropped_connection_is_retried_and_recovers(serve: ServeFn, client: Clie
     prom = client(server.url)
     result = prom.query("up")
     assert result.series[0].samples[0][1] == 7.0
-    assert len(server.requests) == 2
-    assert prom.requests_sent == 2  # the dropped request had been sent
+    assert len(server.requests) == 2  # the dropped request had been received
 
 
 def test_dropped_connection_every_time_is_unreachable(serve: ServeFn, client: ClientFn) -> None:
@@ -176,7 +196,11 @@ def test_json_label_values_that_look_like_html_are_not_html(serve: ServeFn, clie
 
 @pytest.mark.parametrize(
     ("status", "hint"),
-    [(404, "include the path prefix"), (401, "check prometheus.bearer_token"), (403, "refused the credentials")],
+    [
+        (404, "include the path prefix"),
+        (401, "check prometheus.auth.bearer_token_env / prometheus.auth.bearer_token_file"),
+        (403, "refused the credentials"),
+    ],
 )
 def test_error_statuses_without_api_body_get_a_hint(serve: ServeFn, client: ClientFn, status: int, hint: str) -> None:
     server = serve(always(Response(status=status, body=b"nope", headers={"Content-Type": "text/plain"})))
@@ -188,7 +212,7 @@ def test_error_statuses_without_api_body_get_a_hint(serve: ServeFn, client: Clie
 
 
 def test_retry_after_is_capped() -> None:
-    from otel_bridge.prometheus.client import RETRY_AFTER_CAP_S, _RetryPolicy
+    from otel_bridge.prometheus.transport import RETRY_AFTER_CAP_S, _RetryPolicy
 
     response = urllib3.HTTPResponse(status=503, headers={"Retry-After": "3600"})
     assert _RetryPolicy(total=1).get_retry_after(response) == RETRY_AFTER_CAP_S
@@ -263,7 +287,6 @@ def test_http_500_is_not_retried(serve: ServeFn, client: ClientFn) -> None:
     with pytest.raises(PrometheusAPIError, match="check the Prometheus server logs"):
         prom.query("up")
     assert len(server.requests) == 1
-    assert prom.requests_sent == 1
 
 
 def test_429_with_retry_after_is_not_retried(serve: ServeFn, client: ClientFn) -> None:
@@ -282,12 +305,11 @@ def test_503_is_retried_then_succeeds(serve: ServeFn, client: ClientFn) -> None:
     result = prom.query("up")
     assert result.series == (PromSeries(labels={"job": "vllm"}, samples=((DEFAULT_TS, 3.0),)),)
     assert len(server.requests) == 2
-    assert prom.requests_sent == 2
 
 
 def test_503_retried_for_post_too(serve: ServeFn, client: ClientFn) -> None:
     server = serve(sequence(Response(status=503), prom_scalar("1")))
-    client(server.url, post_threshold_bytes=0).query("up")
+    client(server.url, post_threshold_bytes=1).query("up")
     assert [r.method for r in server.requests] == ["POST", "POST"]
     assert [r.param("query") for r in server.requests] == ["up", "up"]
 
@@ -300,7 +322,6 @@ def test_503_until_retries_run_out_is_an_api_error(serve: ServeFn, client: Clien
     assert caught.value.error_type == "timeout"
     assert "--query.timeout" in str(caught.value)
     assert len(server.requests) == 3
-    assert prom.requests_sent == 3
 
 
 # --- size cap --------------------------------------------------------------------------------------
@@ -461,29 +482,26 @@ def test_metadata_buildinfo_targets(serve: ServeFn, client: ClientFn) -> None:
     assert targets.query == {"state": ["active"]}
 
 
-def test_requests_sent_can_be_read_from_another_thread(serve: ServeFn, client: ClientFn) -> None:
-    server = serve(always(prom_vector([])))
+def test_one_client_serves_several_threads_at_once(serve: ServeFn, client: ClientFn) -> None:
+    server = serve(lambda request: prom_vector([({"q": request.param("query") or ""}, 1.0)]))
     prom = client(server.url)
-    seen: list[int] = []
-    done = threading.Event()
+    answers: dict[int, list[str]] = {}
 
-    def work() -> None:
-        for _ in range(30):
-            prom.query("up")
-        done.set()
+    def work(worker: int) -> None:
+        answers[worker] = [prom.query(f"up{worker}_{i}").series[0].labels["q"] for i in range(10)]
 
-    worker = threading.Thread(target=work)
-    worker.start()
-    while not done.wait(0.001):
-        seen.append(prom.requests_sent)
-    worker.join()
-    assert seen == sorted(seen)
-    assert prom.requests_sent == 30 == len(server.requests)
+    workers = [threading.Thread(target=work, args=(w,)) for w in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert answers == {w: [f"up{w}_{i}" for i in range(10)] for w in range(3)}  # every answer went to its asker
+    assert len(server.requests) == 30
 
 
 def test_closed_client_refuses_queries(serve: ServeFn) -> None:
     server = serve(always(prom_vector([])))
-    with PrometheusClient(server.url) as prom:
+    with PrometheusClient(PrometheusConfig(), server.url) as prom:
         prom.query("up")
     with pytest.raises(PrometheusError, match="is closed; create a new one"):
         prom.query("up")
@@ -570,37 +588,61 @@ def test_redirect_loop_is_reported(serve: ServeFn, client: ClientFn) -> None:
 )
 def test_non_http_url_is_rejected(url: str) -> None:
     with pytest.raises(ConfigError, match=r"prometheus.url must start with http:// or https://"):
-        PrometheusClient(url)
+        PrometheusClient(PrometheusConfig(), url)
 
 
 def test_credentials_in_url_are_rejected_without_echoing_them() -> None:
     with pytest.raises(ConfigError) as caught:
-        PrometheusClient(f"http://alice:{PASSWORD}@prometheus:9090")
-    assert "prometheus.basic_auth" in str(caught.value)
+        PrometheusClient(PrometheusConfig(), f"http://alice:{PASSWORD}@prometheus:9090")
+    assert "prometheus.auth.username with prometheus.auth.password_env" in str(caught.value)
     assert PASSWORD not in str(caught.value)
+
+
+def test_auto_url_needs_resolving_first() -> None:
+    with pytest.raises(ConfigError, match="connect"):
+        PrometheusClient(PrometheusConfig(url="auto"))
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"timeout_s": 0}, "'prometheus.timeout_s' = 0: Input should be greater than 0"),
+        ({"retries": -1}, "'prometheus.retries' = -1"),
+        ({"backoff_s": float("nan")}, "'prometheus.backoff_s'"),
+        ({"max_response_bytes": 0}, "'prometheus.max_response_bytes' = 0"),
+        ({"auth": {"bearer_token_env": "T", "username": "a", "password_env": "P"}}, "not both"),
+        ({"tls": {"key_file": "/nonexistent/key.pem"}}, "'prometheus.tls': key_file needs cert_file"),
+    ],
+)
+def test_invalid_settings_are_rejected_by_the_config(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BridgeConfig.from_dict({"prometheus": section})
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"timeout_s": 0}, "prometheus.timeout_s must be a positive number"),
-        ({"retries": -1}, "prometheus.retries must be an integer >= 0"),
-        ({"backoff_s": float("nan")}, "prometheus.backoff_s"),
-        ({"max_response_bytes": 0}, "prometheus.max_response_bytes must be an integer > 0"),
-        ({"bearer_token": TOKEN, "basic_auth": ("a", "b")}, "not both"),
-        ({"bearer_token": TOKEN + "\n"}, "strip it"),
-        ({"ca_file": "/nonexistent/ca.pem"}, "prometheus.ca_file '/nonexistent/ca.pem' does not exist"),
-        ({"key_file": "/nonexistent/key.pem"}, "without prometheus.cert_file"),
+        ({"bearer_token": TOKEN + "\nX-Injected: 1"}, "contains control characters"),
+        ({"basic_auth": ("al:ice", PASSWORD)}, "prometheus.auth.username must be non-empty and must not contain ':'"),
+        ({"ca_file": "/nonexistent/ca.pem"}, "prometheus.tls.ca_file '/nonexistent/ca.pem' does not exist"),
+        ({"cert_file": "/nonexistent/cert.pem"}, "prometheus.tls.cert_file '/nonexistent/cert.pem' does not exist"),
+        ({"ca_file": __file__, "verify": False}, "prometheus.tls.ca_file is set but prometheus.tls.verify is false"),
     ],
 )
-def test_invalid_settings_are_rejected(kwargs: dict[str, Any], message: str) -> None:
+def test_settings_the_client_cannot_use_are_rejected(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], message: str
+) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
-        PrometheusClient("http://127.0.0.1:9090", **kwargs)
+        PrometheusClient(prometheus_config(monkeypatch, **kwargs), "http://127.0.0.1:9090")
     assert TOKEN not in str(caught.value)
+    assert PASSWORD not in str(caught.value)
 
 
 def test_query_time_must_be_finite() -> None:
-    with PrometheusClient("http://127.0.0.1:9090") as prom, pytest.raises(ConfigError, match="finite"):
+    with (
+        PrometheusClient(PrometheusConfig(), "http://127.0.0.1:9090") as prom,
+        pytest.raises(ConfigError, match="finite"),
+    ):
         prom.query("up", time=float("inf"))
 
 
@@ -620,7 +662,7 @@ def test_tls_self_signed_needs_ca_file(serve: ServeFn, client: ClientFn, tls_fil
     with pytest.raises(PrometheusUnreachableError) as caught:
         client(server.url).query("1")
     assert "certificate verification failed" in str(caught.value)
-    assert "set prometheus.ca_file" in str(caught.value)
+    assert "set prometheus.tls.ca_file" in str(caught.value)
     assert client(server.url, ca_file=tls_files.cert).query("1").result_type == "scalar"
 
 

@@ -24,8 +24,8 @@ Truth, per window ``(start, end]`` and configured statistic (no ``by`` labels: o
 generated values: a counter's delta is the sum over its series of the reset-aware increase from the last sample at or
 before ``start`` to the last sample at or before ``end`` (an increase below the previous value counts the new value);
 histogram statistics come from the summed bucket/``_sum``/``_count`` increases (quantiles with Prometheus'
-``histogram_quantile`` algorithm, :func:`otel_bridge.window.histogram_quantile`); a gauge's statistic is taken over each
-replica's samples inside the window, then combined with the preset's aggregation.
+``histogram_quantile`` algorithm, bounded by what ``_sum`` proves: :func:`otel_bridge.window.histogram_statistic`); a
+gauge's statistic is taken over each replica's samples inside the window, then combined with the preset's aggregation.
 
 ``python -m bench.backfill --replicas 64 --out DIR`` generates one data set by hand.
 """
@@ -47,7 +47,7 @@ import numpy as np
 
 from bench.common import CAPTURE
 
-VERSION = 1
+VERSION = 2  # 2: quantiles bounded by _sum (the truth follows the statistic's definition)
 INTERVAL_S = 15.0
 WINDOW_S = 60.0
 WINDOWS = 5  # measured windows 0..4; window -1 (just before) is the warm-up
@@ -327,7 +327,7 @@ def truth(
     itself (e.g. the recording rules' evaluations that stand for its boundaries); gauges keep the window.
     """
     from otel_bridge.producers.presets import PRESETS
-    from otel_bridge.window import histogram_quantile, quantile_of
+    from otel_bridge.window import histogram_statistic
 
     index_of = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(series)}
     names = {i: s.name for i, s in enumerate(series)}
@@ -397,16 +397,8 @@ def truth(
                         if sample == f"{name}_bucket":
                             le = float(dict(labels)["le"])
                             buckets[le] = buckets.get(le, 0.0) + increases[i]
-                    if stat == "count":
-                        values[key] = count
-                    elif stat == "sum":
-                        values[key] = total
-                    elif stat == "mean":
-                        values[key] = total / count if count > 0 else math.nan
-                    else:
-                        q = quantile_of(stat)
-                        assert q is not None
-                        values[key] = histogram_quantile(q, sorted(buckets.items()))
+                    statistic = histogram_statistic(stat, sorted(buckets.items()), total, count)
+                    values[key] = math.nan if statistic is None else statistic
         out[str(k)] = values
     return out
 

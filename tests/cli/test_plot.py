@@ -4,12 +4,39 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
+from PIL.PngImagePlugin import PngImageFile
 
 from tests.cli.support import run_cli
+
+Box = list[float]
+
+
+def read_png(png: Path) -> tuple[tuple[int, int], dict[str, str], Image.Image]:
+    """The PNG's size, its text chunks and its pixels (RGB)."""
+    with Image.open(png) as image:
+        image.load()
+        assert isinstance(image, PngImageFile)
+        return image.size, dict(image.text), image.convert("RGB")
+
+
+def layout_of(png: Path) -> list[dict[str, Any]]:
+    panels: list[dict[str, Any]] = json.loads(read_png(png)[1]["otel_bridge:layout"])
+    return panels
+
+
+def overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def values_of(run: Path, key: str) -> list[float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [float(r[key]) for r in records if key in r]
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +58,10 @@ def test_plot_one_panel_per_key_group_at_the_requested_size(demo_run: Path, tmp_
         ["plot", str(demo_run), "--keys", *keys, "-o", str(png), "--width", "800", "--height", "500"], cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
-    with Image.open(png) as image:
-        image.load()
-        assert image.format == "PNG"
-        assert image.size == (800, 500)
-        groups = json.loads(image.text["otel_bridge:groups"])
-        panels = int(image.text["otel_bridge:panels"])
+    size, text, _ = read_png(png)
+    assert size == (800, 500)
+    groups = json.loads(text["otel_bridge:groups"])
+    panels = int(text["otel_bridge:panels"])
     assert groups == [
         "actor",
         "rollout/vllm/generation_tokens_total",
@@ -44,18 +69,135 @@ def test_plot_one_panel_per_key_group_at_the_requested_size(demo_run: Path, tmp_
     ]
     assert panels == 3
     assert "3 panels" in done.stdout
+    layout = layout_of(png)
+    # a panel of one key is titled after the key, without a legend; the others after their group
+    assert [p["title"] for p in layout] == [
+        "actor/loss",
+        "rollout/vllm/generation_tokens_total",
+        "rollout/vllm/time_to_first_token_seconds/p99",
+    ]
+    assert [p["legend"] is None for p in layout] == [True, False, True]
+    # y-axis units from the keys: delta and rate are different units, so each has its own axis
+    assert [(a["side"], a["unit"]) for a in layout[1]["axes"]] == [("left", "tokens per step"), ("right", "tokens/s")]
+    assert [(a["side"], a["unit"]) for a in layout[2]["axes"]] == [("left", "s")]
+    assert [(a["side"], a["unit"]) for a in layout[0]["axes"]] == [("left", None)]  # actor/loss states no unit
 
 
 def test_plot_a_jsonl_file_with_default_keys(demo_run: Path, tmp_path: Path) -> None:
     png = tmp_path / "all.png"
     done = run_cli(["plot", str(demo_run / "metrics.jsonl"), "-o", str(png)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    with Image.open(png) as image:
-        assert image.size == (1200, 800)
-        groups = json.loads(image.text["otel_bridge:groups"])
+    size, text, _ = read_png(png)
+    assert size == (1200, 800)
+    groups = json.loads(text["otel_bridge:groups"])
     assert not any(g.startswith("otel_bridge") for g in groups)  # health keys only on request
     assert "rollout/vllm/kv_cache_usage_perc" in groups
-    assert int(image.text["otel_bridge:panels"]) == len(groups)
+    layout = layout_of(png)
+    assert int(text["otel_bridge:panels"]) == len(layout)
+    assert list(dict.fromkeys(p["group"] for p in layout)) == groups  # every group has a panel, in order
+    units = {key: axis["unit"] for panel in layout for axis in panel["axes"] for key in axis["keys"]}
+    vllm = "rollout/vllm/"
+    assert units[vllm + "kv_cache_usage_perc/max"] == "fraction"
+    assert units[vllm + "prefix_cache_hit_rate"] == "fraction"
+    assert units[vllm + "e2e_request_latency_seconds/p99"] == "s"
+    assert units[vllm + "time_to_first_token_seconds/count"] == "observations per step"
+    assert units[vllm + "prompt_tokens_total/rate"] == "tokens/s"
+    assert units[vllm + "request_success_total/delta"] == "per step"
+    for panel in layout:  # at most two y-axes, one unit each: a left one, then a right one
+        assert [a["side"] for a in panel["axes"]] in (["left"], ["left", "right"]), panel["title"]
+        assert len({a["unit"] for a in panel["axes"]}) == len(panel["axes"]), panel["title"]
+
+
+def test_a_histogram_count_has_its_own_axis_and_does_not_flatten_the_latencies(demo_run: Path, tmp_path: Path) -> None:
+    png = tmp_path / "ttft.png"
+    done = run_cli(
+        ["plot", str(demo_run), "--keys", "rollout/vllm/time_to_first_token_seconds/*", "-o", str(png)], cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    (panel,) = layout_of(png)
+    assert panel["title"] == "rollout/vllm/time_to_first_token_seconds"
+    left, right = panel["axes"]
+    ttft = "rollout/vllm/time_to_first_token_seconds/"
+    assert (left["side"], left["unit"], left["keys"]) == ("left", "s", [ttft + "mean", ttft + "p50", ttft + "p99"])
+    assert (right["side"], right["unit"], right["keys"]) == ("right", "observations per step", [ttft + "count"])
+    latencies = [v for stat in ("mean", "p50", "p99") for v in values_of(demo_run, ttft + stat)]
+    counts = values_of(demo_run, ttft + "count")
+    # the latency axis spans the latencies (matplotlib's 5% margins), far below the counts it used to share
+    span = max(latencies) - min(latencies)
+    assert left["ylim"][0] >= min(latencies) - 0.1 * span
+    assert left["ylim"][1] <= max(latencies) + 0.1 * span
+    assert left["ylim"][1] < min(counts)
+    assert right["ylim"][0] <= min(counts) <= max(counts) <= right["ylim"][1]
+    assert panel["legend"]["labels"] == ["mean", "p50", "p99", "count (right)"]
+
+
+def test_legends_are_outside_every_data_area_and_inside_the_image(demo_run: Path, tmp_path: Path) -> None:
+    for width, height in ((1200, 800), (800, 500)):
+        png = tmp_path / f"all-{width}.png"
+        done = run_cli(
+            ["plot", str(demo_run), "-o", str(png), "--width", str(width), "--height", str(height)], cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        assert "do not fit" not in done.stderr
+        size, _, pixels = read_png(png)
+        assert size == (width, height)
+        layout = layout_of(png)
+        data_areas = [axis["bbox"] for panel in layout for axis in panel["axes"]]
+        legends = [(panel["title"], panel["legend"]) for panel in layout if panel["legend"] is not None]
+        assert legends
+        for title, legend in legends:
+            box = legend["bbox"]
+            assert 0 <= box[0] < box[2] <= width, (title, box)
+            assert 0 <= box[1] < box[3] <= height, (title, box)
+            assert not any(overlap(box, area) for area in data_areas), (title, box)
+            # really drawn there: the legend's region holds dark pixels (its text)
+            region = pixels.crop((int(box[0]), int(box[1]), int(box[2]), int(box[3]))).convert("L")
+            assert sum(region.histogram()[:128]) > 0, title
+
+
+def test_the_title_is_the_run_name(demo_run: Path, tmp_path: Path) -> None:
+    png = tmp_path / "t.png"
+    assert run_cli(["plot", str(demo_run), "-o", str(png)], cwd=tmp_path).returncode == 0
+    title = read_png(png)[1]["otel_bridge:title"]
+    assert title == "d"
+    assert str(demo_run) not in title
+    # a JSONL file named otherwise: its name without the extension; --title wins over both
+    other = tmp_path / "nightly-42.jsonl"
+    shutil.copyfile(demo_run / "metrics.jsonl", other)
+    assert run_cli(["plot", str(other), "-o", str(png)], cwd=tmp_path).returncode == 0
+    assert read_png(png)[1]["otel_bridge:title"] == "nightly-42"
+    assert run_cli(["plot", str(other), "-o", str(png), "--title", "ablation A"], cwd=tmp_path).returncode == 0
+    assert read_png(png)[1]["otel_bridge:title"] == "ablation A"
+
+
+def test_a_group_with_more_than_two_units_continues_in_another_panel(tmp_path: Path) -> None:
+    # an OTel histogram of the trainer: min/max/mean in s, count in observations, sum in s summed over the step
+    run = tmp_path / "runs" / "h"
+    run.mkdir(parents=True)
+    stats = {"count": 2.0, "max": 0.3, "mean": 0.2, "min": 0.1, "sum": 0.4}
+    lines = [
+        json.dumps({"step": step, **{f"trainer/update_seconds/{k}": v * (step + 1) for k, v in stats.items()}})
+        for step in range(4)
+    ]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    png = tmp_path / "h.png"
+    done = run_cli(["plot", str(run), "-o", str(png)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    first, second = layout_of(png)
+    assert first["title"] == "trainer/update_seconds"
+    assert [(a["side"], a["unit"]) for a in first["axes"]] == [("left", "s"), ("right", "observations per step")]
+    assert second["title"] == "trainer/update_seconds/sum"
+    assert [(a["unit"], a["keys"]) for a in second["axes"]] == [("s summed per step", ["trainer/update_seconds/sum"])]
+    assert json.loads(read_png(png)[1]["otel_bridge:groups"]) == ["trainer/update_seconds"]
+
+
+def test_too_many_panels_for_the_size_say_so_in_one_line(demo_run: Path, tmp_path: Path) -> None:
+    png = tmp_path / "tiny.png"
+    done = run_cli(["plot", str(demo_run), "-o", str(png), "--width", "300", "--height", "200"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert read_png(png)[0] == (300, 200)
+    assert "do not fit in 300x200 pixels" in done.stderr
+    assert "UserWarning" not in done.stderr
 
 
 def test_plot_errors_name_the_fix(demo_run: Path, tmp_path: Path) -> None:

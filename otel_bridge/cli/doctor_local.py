@@ -39,7 +39,7 @@ class LocalChecks(CheckRecorder):
             return None
         self._secrets = [s for s in (token, basic[1] if basic else None) if s]
         # resolve_metrics warns about deprecated names; the "deprecated" checks report them with the fix instead
-        metric_set_log = logging.getLogger("otel_bridge.producers.metric_set")
+        metric_set_log = logging.getLogger(resolve_metrics.__module__)  # its module logger
         level = metric_set_log.level
         metric_set_log.setLevel(logging.ERROR)
         try:

@@ -25,12 +25,12 @@ from otel_bridge.exporters.naming import infra_key
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.connect import connect
+from otel_bridge.prometheus.promql import METRIC_NAME
 from otel_bridge.reader import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
 def add_parser(commands: Any) -> None:
@@ -106,7 +106,7 @@ def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> Me
             if stats or args.type is not None:
                 query = replace(query, stats=stats)
             return query.with_kind(query.kind) if query.kind is not None else query
-    if _METRIC_NAME.match(expr):
+    if METRIC_NAME.fullmatch(expr):
         query = MetricQuery(key_name=expr, name=expr, stats=stats, by=by, source_index=-1)
         return query.with_kind(args.type) if args.type is not None else query
     if stats or by or args.type is not None:

@@ -42,17 +42,19 @@ from types import MappingProxyType
 from typing import Final, Literal, get_args
 
 from otel_bridge.errors import ExpositionParseError
+from otel_bridge.prometheus.promql import LABEL_NAME_PATTERN, METRIC_NAME_PATTERN
+from otel_bridge.window import MetricKind
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-MetricKind = Literal[
-    "counter", "gauge", "histogram", "summary", "untyped", "info", "stateset", "gaugehistogram", "unknown"
-]
-_KIND_BY_NAME: Final[dict[str, MetricKind]] = {kind: kind for kind in get_args(MetricKind)}
+#: What a ``# TYPE`` line declares: one of the bridge's :data:`~otel_bridge.window.MetricKind` or another exposition
+#: type (which the bridge parses but computes no window statistics for).
+FamilyKind = Literal[MetricKind, "summary", "untyped", "info", "stateset", "gaugehistogram", "unknown"]
+_KIND_BY_NAME: Final[dict[str, FamilyKind]] = {kind: kind for kind in get_args(FamilyKind)}
 
 # Every pattern uses possessive quantifiers or disjoint character classes: matching is linear in the input.
 # The text is parsed with a newline prepended, so every line, the first included, starts after a newline.
-_NAME: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+_NAME: Final = METRIC_NAME_PATTERN
 _FLOAT: Final = r"[+-]?+(?:[0-9]++(?:\.[0-9]*+)?+|\.[0-9]++)(?:[eE][+-]?+[0-9]++)?+|[+-]?+(?i:inf(?:inity)?+)|(?i:nan)"
 _FLOAT_RE: Final = re.compile(_FLOAT)
 _NAME_RE: Final = re.compile(_NAME)
@@ -65,8 +67,8 @@ _EOF_LINE_RE: Final = re.compile(r"\n[ \t\r]*+#[ \t]++EOF[ \t\r]*+(?=\n|\Z)")
 _LINE_HEAD_RE: Final = re.compile(r"\n[ \t\r]*+([^# \t\r\n][^{ \t\r\n]*+)")
 # Fast path over a run of lines: comments, blanks, and samples whose labels have no blanks or escapes (what
 # exporters write). Groups: (the whole line with its newline, name, label block, value).
-_SIMPLE_PAIR: Final = r'[a-zA-Z_][a-zA-Z0-9_]*+="[^"\\\n]*+"'
-_SIMPLE_PAIR_RE: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)="([^"\\\n]*+)"')
+_SIMPLE_PAIR: Final = LABEL_NAME_PATTERN + r'="[^"\\\n]*+"'
+_SIMPLE_PAIR_RE: Final = re.compile(rf'({LABEL_NAME_PATTERN})="([^"\\\n]*+)"')
 _SIMPLE_LINE_RE: Final = re.compile(
     r"(\n(?:[ \t]*+#[^\n]*+|[ \t\r]*+(?=\n|\Z)|[ \t]*+"
     rf"({_NAME})(?:\{{((?:{_SIMPLE_PAIR}(?:,{_SIMPLE_PAIR})*+,?+)?+)\}})?+"
@@ -100,7 +102,7 @@ class ExpositionFamily:
     """A metric family keyed by its PromQL/config name (see the module docstring), samples in order."""
 
     name: str
-    kind: MetricKind
+    kind: FamilyKind
     samples: tuple[ExpositionSample, ...]
 
 
@@ -114,7 +116,7 @@ def parse_exposition(text: str, wanted: Collection[str] | None = None) -> dict[s
     """
     parser = _Parser(None if wanted is None else frozenset(wanted))
     families = parser.run("\n" + text)
-    logger.debug("parsed %d families from %d characters of exposition", len(families), len(text))
+    _log.debug("parsed %d families from %d characters of exposition", len(families), len(text))
     return families
 
 
@@ -123,7 +125,7 @@ class _Group:
     """The family whose lines are being read: which sample names belong to it and whether to keep them."""
 
     type_name: str
-    kind: MetricKind
+    kind: FamilyKind
     members: frozenset[str]
     created: frozenset[str]
     allowed: frozenset[str]  # members and created
@@ -139,7 +141,7 @@ def _error(lineno: int, line: str, what: str) -> ExpositionParseError:
 
 
 @functools.lru_cache(maxsize=4096)
-def _sample_names(type_name: str, kind: MetricKind) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def _sample_names(type_name: str, kind: FamilyKind) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """Sample names of a ``# TYPE type_name kind`` family: (members, ``_created`` names, both)."""
     t = type_name
     members: set[str] = {t}
@@ -175,7 +177,7 @@ def _simple_labels(block: str) -> tuple[Mapping[str, str], frozenset[tuple[str, 
     return MappingProxyType(labels), frozenset(pairs)
 
 
-def _is_wanted(type_name: str, kind: MetricKind, wanted: frozenset[str] | None) -> bool:
+def _is_wanted(type_name: str, kind: FamilyKind, wanted: frozenset[str] | None) -> bool:
     if wanted is None:
         return True
     if kind == "counter":
@@ -198,7 +200,7 @@ def _family_name(group: _Group) -> str:
     return group.type_name
 
 
-def _is_created_gauge(name: str, type_kinds: Mapping[str, MetricKind]) -> bool:
+def _is_created_gauge(name: str, type_kinds: Mapping[str, FamilyKind]) -> bool:
     """True for a ``<base>_created`` gauge whose base is a counter, histogram or summary in the same text."""
     if not name.endswith("_created"):
         return False
@@ -277,7 +279,7 @@ class _Parser:
     def __init__(self, wanted: frozenset[str] | None) -> None:
         self._wanted = wanted
         self._families: dict[str, ExpositionFamily] = {}
-        self._type_kinds: dict[str, MetricKind] = {}
+        self._type_kinds: dict[str, FamilyKind] = {}
         self._claimed: dict[str, int] = {}  # type and sample names of every family so far -> its first line
         self._group: _Group | None = None
 
@@ -394,7 +396,7 @@ class _Parser:
         group.seen.add(key)
         group.samples.append(ExpositionSample(name, MappingProxyType(labels), value))
 
-    def _open(self, type_name: str, kind: MetricKind, lineno: int, line: str) -> _Group:
+    def _open(self, type_name: str, kind: FamilyKind, lineno: int, line: str) -> _Group:
         members, created, allowed = _sample_names(type_name, kind)
         claims = (type_name, *members)
         for claim in claims:

@@ -13,10 +13,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from otel_bridge.errors import ConfigError
 
 __all__ = [
+    "LABEL_NAME",
+    "LABEL_NAME_PATTERN",
+    "METRIC_NAME",
+    "METRIC_NAME_PATTERN",
     "duration",
     "parse_duration",
     "quote_label_value",
@@ -30,8 +35,14 @@ __all__ = [
     "value_alternation",
 ]
 
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+#: A Prometheus metric name, as a pattern to embed in larger ones (possessive: matching stays linear inside them).
+#: The one definition in otel_bridge; :data:`METRIC_NAME` is it compiled (use ``fullmatch``).
+METRIC_NAME_PATTERN: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+METRIC_NAME: Final = re.compile(METRIC_NAME_PATTERN)
+#: A Prometheus label name (``__``-prefixed names are reserved, see :func:`validate_label_name`); compiled as
+#: :data:`LABEL_NAME`.
+LABEL_NAME_PATTERN: Final = r"[a-zA-Z_][a-zA-Z0-9_]*+"
+LABEL_NAME: Final = re.compile(LABEL_NAME_PATTERN)
 
 # Escapes valid both in Go double-quoted string literals and in JSON strings.
 _SHORT_ESCAPES = {
@@ -53,7 +64,7 @@ def validate_metric_name(name: str) -> str:
 
     Raises :class:`ConfigError` naming the offending value otherwise.
     """
-    if not isinstance(name, str) or _METRIC_NAME.fullmatch(name) is None:
+    if not isinstance(name, str) or METRIC_NAME.fullmatch(name) is None:
         raise ConfigError(
             f"invalid Prometheus metric name {name!r}: a metric name must match [a-zA-Z_:][a-zA-Z0-9_:]* "
             "(letters, digits, '_' and ':', not starting with a digit)"
@@ -67,7 +78,7 @@ def validate_label_name(name: str) -> str:
     Names starting with ``__`` are reserved for Prometheus' internal labels. Raises :class:`ConfigError`
     naming the offending value otherwise.
     """
-    if not isinstance(name, str) or _LABEL_NAME.fullmatch(name) is None:
+    if not isinstance(name, str) or LABEL_NAME.fullmatch(name) is None:
         raise ConfigError(
             f"invalid Prometheus label name {name!r}: a label name must match [a-zA-Z_][a-zA-Z0-9_]* "
             "(letters, digits and '_', not starting with a digit)"

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _POLL_INTERVAL_S: Final = 0.05  # how often serve_forever checks for shutdown: bounds stop() latency
@@ -32,8 +32,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             body = self.server.render()
-        except Exception:  # a failing render must answer 500, not kill the handler thread silently
-            logger.exception("rendering /metrics failed")
+        except Exception:  # noqa: BLE001 - a failing render must answer 500, not kill the handler thread silently
+            _log.exception("rendering /metrics failed")
             self._send(500, b"rendering /metrics failed\n", "text/plain; charset=utf-8")
             return
         self._send(200, body, CONTENT_TYPE)
@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s - " + format, self.address_string(), *args)
+        _log.debug("%s - " + format, self.address_string(), *args)
 
 
 class MetricsHTTPServer:
@@ -87,7 +87,7 @@ class MetricsHTTPServer:
         )
         self._server, self._thread = server, thread
         thread.start()
-        logger.debug("serving %s", self.url)
+        _log.debug("serving %s", self.url)
         return self
 
     def stop(self) -> None:
@@ -100,7 +100,7 @@ class MetricsHTTPServer:
         thread.join()
         self._port = server.server_address[1]  # a later start() serves on the same port again
         self._server = self._thread = None
-        logger.debug("stopped %s", self.url)
+        _log.debug("stopped %s", self.url)
 
     def __enter__(self) -> MetricsHTTPServer:
         return self.start()

@@ -45,7 +45,7 @@ from prometheus_client import (
 
 from otel_bridge.simulation.http import MetricsHTTPServer
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 _TABLE_RESOURCE: Final = "data/vllm_0_32_metrics.json"
 FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
@@ -265,7 +265,7 @@ class VLLMSimulator:
         instruments = _Instruments(self.model_name, self.engine)
         with self._lock:
             self._instruments = instruments
-        logger.debug("simulated vLLM engine %s of %s restarted", self.engine, self.model_name)
+        _log.debug("simulated vLLM engine %s of %s restarted", self.engine, self.model_name)
 
     def exposition(self) -> bytes:
         """The ``/metrics`` body, in the classic text format (what vLLM serves)."""
@@ -343,7 +343,7 @@ class SimulatedWorkload:
             try:
                 self.step()
             except ValueError:
-                logger.exception("simulated workload stopped on an invalid request")
+                _log.exception("simulated workload stopped on an invalid request")
                 return
 
     def step(self) -> None:

@@ -53,6 +53,7 @@ from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue, ranges
 from otel_bridge.suppression import instrumentation_suppressed
+from otel_bridge.tracing import build_step_tracer
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
@@ -101,10 +102,14 @@ class Bridge(PhaseMarks):
                         producer.start()
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
+            prefix = config.naming.infra_prefix
+            self._tracer = build_step_tracer(
+                config.otel, resource, run=self.run_dir.name, rank=self.rank, infra_prefix=prefix
+            )
             created = create_backends(config, self.run_dir) if self.delivers else []
             self.exporter = TrackerExporter(
                 [*created, *backends] if self.delivers else [],
-                infra_prefix=config.naming.infra_prefix,
+                infra_prefix=prefix,
                 health=self.health,
                 on_record=self._records.add,
                 warn_interval_s=delivery.warn_interval_s,
@@ -129,6 +134,8 @@ class Bridge(PhaseMarks):
                 self._provider.shutdown()
             if hasattr(self, "_extra"):
                 self._extra.close()
+            if (tracer := getattr(self, "_tracer", None)) is not None:
+                tracer.close(0)
             if hasattr(self, "exporter"):
                 self.exporter.shutdown()
             raise
@@ -148,12 +155,8 @@ class Bridge(PhaseMarks):
         self.reader.on_shutdown = self._close_on_shutdown
         if config.run.handle_sigterm:
             self.handle_sigterm()
-        _log.info(
-            "otel-bridge: run %s, %d producer(s), trackers %s",
-            self.run_dir,
-            len(self._producers),
-            self.backend_names,
-        )
+        producer_count = len(self._producers)
+        _log.info("otel-bridge: run %s, %d producer(s), trackers %s", self.run_dir, producer_count, self.backend_names)
 
     @classmethod
     def from_config(
@@ -322,6 +325,8 @@ class Bridge(PhaseMarks):
                 return
             try:
                 self.reader.export_window(job.window, job.instruments, job.values, produce=job.infra, phases=job.phases)
+                if self._tracer is not None:
+                    self._tracer.trace(job.window, job.phases, self._records.get(job.window.step))
             except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
                 _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
 
@@ -376,6 +381,8 @@ class Bridge(PhaseMarks):
         if not self.reader.is_shutdown:  # else the MeterProvider's shutdown() is what closes this bridge
             self._provider.shutdown()
         self._extra.close()
+        if self._tracer is not None:
+            self._tracer.close(max(0.0, deadline - time.monotonic()))
         self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled))
         return self._report
 
@@ -421,12 +428,9 @@ def install(
 
         bridge = otel_bridge.install("otel-bridge.yaml")
 
-    Like the global MeterProvider, SIGTERM is process-wide: unless ``handle_sigterm=False``, SIGTERM then raises
-    ``SystemExit(143)`` so the records of finished steps are delivered before exit (see :meth:`Bridge.handle_sigterm`;
-    a handler already installed is kept).
-
-    Raises :class:`~otel_bridge.errors.ConfigError` when another global MeterProvider is already installed (OTel allows
-    setting it once per process).
+    Unless ``handle_sigterm=False``, SIGTERM then raises ``SystemExit(143)`` so the records of finished steps are
+    delivered before exit (:meth:`Bridge.handle_sigterm`). Raises :class:`~otel_bridge.errors.ConfigError` when
+    another global MeterProvider is already installed (OTel allows setting it once per process).
     """
     from opentelemetry import metrics
 

@@ -36,6 +36,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.meter_provider",
             "otel_bridge.step_queue",
             "otel_bridge.bridge_phases",
+            "otel_bridge.tracing",
         ),
     ),
     ("pipeline", ("otel_bridge.reader", "otel_bridge.producers", "otel_bridge.exporters")),

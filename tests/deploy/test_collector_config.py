@@ -168,10 +168,27 @@ def test_metrics_pipeline_joins_trainers_and_infrastructure(config: dict[str, An
     assert config["extensions"]["zpages"]["endpoint"].startswith("localhost:")
 
 
+def test_traces_pipeline_forwards_step_traces_to_a_trace_store(config: dict[str, Any]) -> None:
+    """The bridge's step traces (OTLP in) go, batched, to a trace store over OTLP/HTTP whose URL comes from the
+    environment."""
+    pipeline = config["service"]["pipelines"]["traces"]
+    assert pipeline["receivers"] == ["otlp"]
+    assert pipeline["processors"][0] == "memory_limiter"
+    assert pipeline["processors"][-1] == "batch"
+    assert "otlphttp/traces" in pipeline["exporters"]
+    exporter = config["exporters"]["otlphttp/traces"]
+    assert exporter["endpoint"] == "${env:TRACES_OTLP_HTTP_ENDPOINT}"
+
+
 def test_dollar_signs_are_escaped_or_env_references(config: dict[str, Any]) -> None:
     """The collector expands ``${env:NAME}`` and turns ``$$`` into ``$``; any other ``$`` is a mistake (a Prometheus
     relabel ``$1`` must be written ``$$1``)."""
-    assert env_references(config) == {"MY_POD_IP", "PROMETHEUS_REMOTE_WRITE_ENDPOINT", "OTEL_BRIDGE_ENVIRONMENT"}
+    assert env_references(config) == {
+        "MY_POD_IP",
+        "PROMETHEUS_REMOTE_WRITE_ENDPOINT",
+        "OTEL_BRIDGE_ENVIRONMENT",
+        "TRACES_OTLP_HTTP_ENDPOINT",
+    }
     bad = [
         value for value in string_values(config) if "$" in re.sub(r"\$\$|\$\{env:[A-Za-z_][A-Za-z0-9_]*\}", "", value)
     ]

@@ -24,12 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from otel_bridge.config_secrets import AuthConfig, TLSConfig
 from otel_bridge.config_sources import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, apply_env_overrides, read_yaml
 from otel_bridge.errors import ConfigError
+from otel_bridge.prometheus.promql import LABEL_NAME, METRIC_NAME
 from otel_bridge.validation import format_validation_error
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
-
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
 
 __all__ = [
     "AUTO",
@@ -162,7 +159,7 @@ class RatioConfig(_Model):
     @field_validator("numerator", "denominator")
     @classmethod
     def _names(cls, value: str) -> str:
-        if not _METRIC_NAME.match(value):
+        if not METRIC_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         return value
 
@@ -186,10 +183,10 @@ class MetricConfig(_Model):
         chosen = [k for k in ("name", "promql", "preset", "ratio") if getattr(self, k) is not None]
         if len(chosen) != 1:
             raise ValueError(f"set exactly one of name, promql, preset, ratio (got {chosen or 'none'})")
-        if self.name is not None and not _METRIC_NAME.match(self.name):
+        if self.name is not None and not METRIC_NAME.fullmatch(self.name):
             raise ValueError(f"name {self.name!r} is not a valid Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         for label in [*self.by, *self.labels]:
-            if not _LABEL_NAME.match(label) or label.startswith("__"):
+            if not LABEL_NAME.fullmatch(label) or label.startswith("__"):
                 raise ValueError(f"{label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
         if (self.promql is not None or self.ratio is not None) and not self.alias:
             raise ValueError("promql and ratio metrics need an alias (the key they are logged under)")

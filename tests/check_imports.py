@@ -40,12 +40,21 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         ),
     ),
     ("pipeline", ("otel_bridge.reader", "otel_bridge.producers", "otel_bridge.exporters")),
-    ("sources", ("otel_bridge.prometheus", "otel_bridge.discovery", "otel_bridge.simulation")),
+    # config sits beside prometheus/: it validates names with prometheus/promql.py's patterns, and
+    # prometheus/connect.py builds a client from it (module by module, no cycle)
+    (
+        "sources",
+        (
+            "otel_bridge.prometheus",
+            "otel_bridge.discovery",
+            "otel_bridge.simulation",
+            "otel_bridge.config",
+            "otel_bridge.config_secrets",
+        ),
+    ),
     (
         "model",
         (
-            "otel_bridge.config",
-            "otel_bridge.config_secrets",
             "otel_bridge.schema",
             "otel_bridge.window",
             "otel_bridge.phases",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from otel_bridge.config import AUTO, BridgeConfig, TLSConfig
+from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.discovery import (
     RolloutServers,
     TargetWatcher,
@@ -27,6 +27,7 @@ from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus.connect import connect
+from otel_bridge.prometheus.credentials import tls_arguments
 from otel_bridge.reader import MetricProducer
 
 _log = logging.getLogger(__name__)
@@ -62,8 +63,10 @@ def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQ
     assert prom.url is not None
     client = connect(prom)
 
+    tls = scrape_tls(config) if prom.boundary != "samples" else None  # checked now: a bad scrape.tls fails at start
+
     def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> ScrapeProducer:
-        return scrape_producer(config, health, urls, counting, strict=True, discovered=False)
+        return scrape_producer(config, health, urls, counting, strict=True, discovered=False, tls=tls)
 
     return PromQLProducer(
         client,
@@ -80,13 +83,13 @@ def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQ
     )
 
 
-def _requests_tls(tls: TLSConfig) -> tuple[bool | str, tuple[str, str] | str | None]:
-    """``tls`` as the ``verify`` and ``cert`` arguments of an HTTP session."""
-    verify: bool | str = str(tls.ca_file) if tls.ca_file and tls.verify else tls.verify
-    cert: tuple[str, str] | str | None = None
-    if tls.cert_file is not None:
-        cert = (str(tls.cert_file), str(tls.key_file)) if tls.key_file else str(tls.cert_file)
-    return verify, cert
+TLSArguments = tuple[bool | str, tuple[str, str] | str | None]
+"""requests' ``verify`` and ``cert``."""
+
+
+def scrape_tls(config: BridgeConfig) -> TLSArguments:
+    """The ``scrape.tls`` section as requests' ``verify`` and ``cert`` (:class:`ConfigError` for missing files)."""
+    return tls_arguments(config.scrape.tls, "scrape", "the scrape targets")
 
 
 def scrape_producer(
@@ -97,10 +100,12 @@ def scrape_producer(
     *,
     strict: bool,
     discovered: bool,
+    tls: TLSArguments | None = None,
 ) -> ScrapeProducer:
-    """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's timeouts, caps and TLS."""
+    """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's timeouts, caps and TLS (``tls``:
+    :func:`scrape_tls` already computed)."""
     scrape = config.scrape
-    verify, cert = _requests_tls(scrape.tls)
+    verify, cert = tls if tls is not None else scrape_tls(config)
     return ScrapeProducer(
         targets,
         queries,

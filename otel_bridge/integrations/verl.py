@@ -74,7 +74,7 @@ from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig, read_yaml
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import BACKENDS
-from otel_bridge.integrations import plain, save_hyperparameters
+from otel_bridge.integrations import plain, save_hyperparameters, verl_phases
 from otel_bridge.producers.presets import PRESETS
 from otel_bridge.prometheus.promql import parse_duration
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -371,8 +371,10 @@ def patch_verl(bridge_config: BridgeConfigSource = None, *, module: str = "verl.
 
     _PatchedTracking.__name__ = _PatchedTracking.__qualname__ = "Tracking"
     target.Tracking = _PatchedTracking
+    restore_phases = verl_phases.patch_phases(target)  # verl's marked_timer blocks become phases
 
     def restore() -> None:
+        restore_phases()
         target.Tracking = original
 
     return restore

@@ -1,0 +1,91 @@
+"""patch_verl() turns verl's own ``marked_timer`` blocks into phases, against the real verl package (no GPU needed):
+verl's ``Tracking`` built the way ``RayPPOTrainer.fit()`` builds it, ``marked_timer`` as ``ray_trainer`` bound it at
+import time, and verl's loop shape (``step`` around everything, ``log(data, step)`` at the end). Two simulated vLLM
+replicas serve traffic inside ``gen`` only; the test waits for each boundary's scrape before generating traffic."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from otel_bridge.integrations.verl import patch_verl
+from tests.conftest import Replica
+
+profiler = pytest.importorskip("verl.utils.profiler")
+TOKENS = "rollout/vllm/generation_tokens_total/delta"
+
+
+def test_verls_marked_timer_blocks_become_phases_without_changing_the_trainer(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")  # binds marked_timer at import, as in fit()
+    verls_timer = ray_trainer.marked_timer
+    restore = patch_verl(
+        {
+            "metrics": [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]}],
+            "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": 3600},
+            "run": {"dir": str(tmp_path)},
+        }
+    )
+    try:
+        assert ray_trainer.marked_timer is not verls_timer
+        from verl.utils.profiler import marked_timer  # what a trainer module imported after patch_verl() gets
+        from verl.utils.tracking import Tracking  # what fit() imports
+
+        assert marked_timer is ray_trainer.marked_timer
+        logger = Tracking(project_name="p", experiment_name="phases", default_backend=["console"], config={})
+        boundaries = 0
+
+        def settle() -> None:
+            nonlocal boundaries
+            boundaries += 1
+            for replica in replicas:
+                replica.wait_for_scrapes(1 + boundaries)
+
+        logger.log(data={"val/score": 0.0}, step=0)  # verl's validation before training
+        settle()
+        timings = []
+        for step in (1, 2):
+            timing_raw: dict[str, float] = {}
+            with ray_trainer.marked_timer("step", timing_raw):  # not a phase: it is the step
+                with ray_trainer.marked_timer("gen", timing_raw, color="red"):
+                    settle()
+                    with marked_timer("gen_max", timing_raw):  # nested inside a phase: verl's timing only
+                        for replica in replicas:
+                            replica.sim.complete_request(
+                                prompt_tokens=4, generation_tokens=5 * step, ttft_s=0.01, e2e_s=0.1, queue_s=0.0,
+                                itl_s=0.001,
+                            )  # fmt: skip
+                settle()
+                with marked_timer("adv", timing_raw):
+                    settle()
+                settle()
+                with marked_timer("update_actor", timing_raw):
+                    settle()
+                settle()
+                with marked_timer("save_checkpoint", timing_raw):  # not one of verl's step phases
+                    pass
+            timings.append(timing_raw)
+            logger.log(data={f"timing_s/{k}": v for k, v in timing_raw.items()}, step=step)
+            settle()
+        logger.finish()
+    finally:
+        restore()
+    assert ray_trainer.marked_timer is verls_timer
+    assert profiler.marked_timer is verls_timer
+
+    for step, timing_raw in zip((1, 2), timings, strict=True):
+        # verl's own timing is untouched
+        assert set(timing_raw) == {"step", "gen", "gen_max", "adv", "update_actor", "save_checkpoint"}
+        record = logger.bridge.record(step)
+        assert record is not None
+        phases = sorted({k.split("/")[1] for k in record.values if k.startswith("phase/")})
+        assert phases == ["adv", "gen", "update_actor"]
+        assert record.values[f"phase/gen/{TOKENS}"] == 2 * 5 * step
+        assert record.values[f"phase/adv/{TOKENS}"] == 0
+        assert record.values[f"phase/update_actor/{TOKENS}"] == 0
+        assert record.values[TOKENS] == 2 * 5 * step
+        for name in phases:
+            assert record.values[f"phase/{name}/seconds"] == pytest.approx(timing_raw[name], abs=0.05)

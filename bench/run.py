@@ -25,6 +25,7 @@ SUITES = {
     "memory": "bench.suite_memory",
     "overhead": "bench.suite_overhead",
     "promql-scale": "bench.suite_promql_scale",
+    "phases": "bench.suite_phases",
 }
 
 

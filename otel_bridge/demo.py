@@ -169,10 +169,15 @@ def _train(
         update_time = meter.create_histogram("trainer.update_seconds", unit="s")
         for step in range(steps):
             rate = 10.0 + 30.0 * (0.5 + 0.5 * math.sin(step / 3.0))
-            for _, workload, _ in servers:
-                workload.requests_per_s = rate
             with bridge.step(step):
-                time.sleep(step_seconds)
+                with bridge.phase("gen"):  # rollouts: the vLLM servers are busy
+                    for _, workload, _ in servers:
+                        workload.requests_per_s = rate
+                    time.sleep(step_seconds * 0.6)
+                with bridge.phase("update"):  # the policy update: rollout servers nearly idle
+                    for _, workload, _ in servers:
+                        workload.requests_per_s = 2.0
+                    time.sleep(step_seconds * 0.4)
                 samples.add(256)
                 update_time.record(step_seconds * (0.4 + 0.2 * rng.random()))
                 loss = 2.0 * math.exp(-step / 10.0) + 0.05 * rng.random()

@@ -4,7 +4,7 @@ Public API: :class:`Bridge`, :class:`BridgeConfig`, :class:`StepWindow`, :class:
 :class:`TrackerExporter`, :class:`MetricProducer`, the producers, and the typed errors.
 """
 
-from otel_bridge.bridge import Bridge, DeliveryReport, install
+from otel_bridge.bridge import Bridge, DeliveryReport
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import (
     BackendError,
@@ -24,6 +24,7 @@ from otel_bridge.errors import (
 )
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
+from otel_bridge.global_install import install
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.reader import MetricProducer, StepMetricReader

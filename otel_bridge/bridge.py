@@ -39,7 +39,7 @@ from otel_bridge.bridge_phases import PhaseMarks
 from otel_bridge.build import build_producers, create_backends, process_rank
 from otel_bridge.config import BridgeConfig
 from otel_bridge.discovery import RolloutServers, TargetWatcher
-from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
+from otel_bridge.errors import BridgeClosedError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport as DeliveryReport
 from otel_bridge.exporters.record import StepRecord
@@ -228,8 +228,10 @@ class Bridge(PhaseMarks):
         self.begin_step(step)
         try:
             yield
-        finally:
-            self.end_step(step)
+        except BaseException:  # an exception or SIGTERM's SystemExit: the step ends here and is marked interrupted
+            self._end_step(step, interrupted=True)
+            raise
+        self.end_step(step)
 
     def begin_step(self, step: int) -> None:
         """Start the window of training step ``step`` now (for callbacks that cannot wrap a ``with`` block)."""
@@ -246,11 +248,14 @@ class Bridge(PhaseMarks):
     def end_step(self, step: int) -> None:
         """End the window of step ``step`` now. Its record stays open for ``log(..., step=step)`` until the next step
         begins, :meth:`commit`, :meth:`collect` of that step, or :meth:`close`."""
+        self._end_step(step)
+
+    def _end_step(self, step: int, *, interrupted: bool = False) -> None:
         if self._open_step != step:
             raise StepOrderError(f"end_step({step}) without begin_step({step}) (open step: {self._open_step})")
         end = time.time()
         self._boundary(end)
-        window = StepWindow(step, self._open_start, end)
+        window = StepWindow(step, self._open_start, end, interrupted=interrupted)
         self._pending = StepJob(
             window, self.reader.snapshot_instruments(), self._open_values, phases=self._phase_log.take(end)
         )
@@ -354,12 +359,16 @@ class Bridge(PhaseMarks):
     def close(self, timeout_s: float | None = None) -> DeliveryReport:
         """Deliver every pending step (up to ``timeout_s``, default ``delivery.close_timeout_s``), then shut down.
 
+        A step still open (``begin_step`` without ``end_step``) ends now and is delivered, marked interrupted.
+
         Returns what was delivered; anything that was not is also logged at ERROR. Closing twice returns the same
         report.
         """
         if self._closed:
             assert self._report is not None
             return self._report
+        if self._open_step is not None:  # left open by begin_step: it ends now and is delivered, marked interrupted
+            self._end_step(self._open_step, interrupted=True)
         if self._pending is not None:  # the run's last window: sources that sample on their own schedule close it
             self._pending.window = dataclasses.replace(self._pending.window, final=True)
         self.commit()
@@ -393,8 +402,6 @@ class Bridge(PhaseMarks):
 
     def _close_at_exit(self) -> None:
         """``atexit`` hook: deliver what is pending when the trainer exits without calling :meth:`close`."""
-        if self._open_step is not None:
-            self.end_step(self._open_step)
         report = self.close()
         if not report.complete:
             _log.error("otel-bridge: at exit, not every record was delivered: %s", report)
@@ -416,33 +423,3 @@ class Bridge(PhaseMarks):
 
     def __repr__(self) -> str:
         return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
-
-
-def install(
-    config: str | Path | Mapping[str, Any] | BridgeConfig | None = None, *, handle_sigterm: bool = True
-) -> Bridge:
-    """Build a :class:`Bridge` and make its MeterProvider the global OpenTelemetry one.
-
-    After this, ``opentelemetry.metrics.get_meter(...)`` anywhere in the trainer creates instruments that land in the
-    per-step record (and, as configured under ``otel``, on a Prometheus ``/metrics`` endpoint and an OTLP collector)::
-
-        bridge = otel_bridge.install("otel-bridge.yaml")
-
-    Unless ``handle_sigterm=False``, SIGTERM then raises ``SystemExit(143)`` so the records of finished steps are
-    delivered before exit (:meth:`Bridge.handle_sigterm`). Raises :class:`~otel_bridge.errors.ConfigError` when
-    another global MeterProvider is already installed (OTel allows setting it once per process).
-    """
-    from opentelemetry import metrics
-
-    bridge = Bridge.from_config(config)
-    metrics.set_meter_provider(bridge.meter_provider)
-    if metrics.get_meter_provider() is not bridge.meter_provider:
-        bridge.close()
-        raise ConfigError(
-            "a global OpenTelemetry MeterProvider is already set in this process (OTel allows one): call "
-            "otel_bridge.install() before anything else sets it, or add the bridge to that provider: "
-            "Bridge.from_config(config, meter_provider=opentelemetry.metrics.get_meter_provider())"
-        )
-    if handle_sigterm:
-        bridge.handle_sigterm()
-    return bridge

@@ -161,7 +161,9 @@ class StepMetricReader(MetricReader):
         With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped) and the
         window metric carries the attribute ``otel_bridge.infra_dropped``; the phases' durations are still recorded.
         """
-        window_attributes = {} if produce else {schema.INFRA_DROPPED_ATTRIBUTE: True}
+        window_attributes: dict[str, bool] = {} if produce else {schema.INFRA_DROPPED_ATTRIBUTE: True}
+        if window.interrupted:
+            window_attributes[schema.INTERRUPTED_ATTRIBUTE] = True
         scopes = [
             ScopeMetrics(
                 scope=InstrumentationScope(schema.WINDOW_SCOPE),

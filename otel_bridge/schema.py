@@ -31,6 +31,8 @@ STAT_ATTRIBUTE: Final = "otel_bridge.stat"
 """Data-point attribute naming the window statistic (``delta``, ``max``, ``p99``...)."""
 INFRA_DROPPED_ATTRIBUTE: Final = "otel_bridge.infra_dropped"
 """Attribute of the window metric when the step's infrastructure readings were dropped."""
+INTERRUPTED_ATTRIBUTE: Final = "otel_bridge.interrupted"
+"""Attribute of the window metric when the step did not end normally (an exception, SIGTERM, or closed while open)."""
 PHASE_SCOPE: Final = "otel_bridge.phase"
 """Scope of the per-phase readings: :data:`PHASE_SECONDS_METRIC` and the producers' metrics over each phase's window,
 every point carrying :data:`PHASE_ATTRIBUTE` and stamped with the phase's window."""

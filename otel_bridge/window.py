@@ -50,12 +50,16 @@ class StepWindow:
     ``final`` marks the run's last window (set by ``close()``): no later window will count what happened between
     ``end`` and the next sample a source takes, so a source that samples on its own schedule (Prometheus) closes this
     window with its first sample after ``end`` instead of its last one before.
+
+    ``interrupted`` marks a step that did not end normally: an exception (or ``SystemExit`` from SIGTERM) left its
+    ``with bridge.step(n)`` block, or ``close()``/the ``atexit`` hook ended a step ``begin_step`` had left open.
     """
 
     step: int
     start: float | None
     end: float
     final: bool = False
+    interrupted: bool = False
 
     def __post_init__(self) -> None:
         if self.start is not None and self.start > self.end:

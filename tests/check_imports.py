@@ -30,6 +30,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         "facade",
         (
             "otel_bridge.bridge",
+            "otel_bridge.global_install",
             "otel_bridge.build",
             "otel_bridge.records",
             "otel_bridge.signals",

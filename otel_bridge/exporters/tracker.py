@@ -48,6 +48,7 @@ from otel_bridge.schema import (
     HEALTH_SCOPE,
     INFRA_DROPPED_ATTRIBUTE,
     INFRA_SCOPE,
+    INTERRUPTED_ATTRIBUTE,
     PHASE_ATTRIBUTE,
     PHASE_SCOPE,
     PHASE_SECONDS_METRIC,
@@ -61,6 +62,10 @@ _log = logging.getLogger(__name__)
 
 FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
 INFRA_DROPPED_NOTE = "infrastructure readings dropped: the delivery queue was full (see delivery.max_block_s)"
+INTERRUPTED_NOTE = (
+    "interrupted: the step did not end normally (an exception or SIGTERM left its block, or close() ended it while "
+    "open); its window ends there and it has what was logged until then"
+)
 
 
 class TrackerExporter(MetricExporter):
@@ -135,7 +140,7 @@ class TrackerExporter(MetricExporter):
         step: int | None = None
         start: float | None = None
         end = 0.0
-        infra_dropped = False
+        infra_dropped = interrupted = False
         values: dict[str, float] = {}
         nonfinite = 0
         for scope_name, metric_name, point in _points(metrics_data):
@@ -143,6 +148,7 @@ class TrackerExporter(MetricExporter):
                 if metric_name == STEP_METRIC and isinstance(point, NumberDataPoint):
                     step = int(point.value)
                     infra_dropped = bool((point.attributes or {}).get(INFRA_DROPPED_ATTRIBUTE))
+                    interrupted = bool((point.attributes or {}).get(INTERRUPTED_ATTRIBUTE))
                     start = point.start_time_unix_nano / 1e9 if point.start_time_unix_nano else None
                     end = point.time_unix_nano / 1e9
                 continue
@@ -154,7 +160,11 @@ class TrackerExporter(MetricExporter):
         if step is None:
             raise ValueError(f"MetricsData has no {STEP_METRIC} metric in scope {WINDOW_SCOPE}: not a step collection")
         self._health.count(NONFINITE_VALUES, nonfinite)
-        notes = ((FIRST_STEP_NOTE,) if start is None else ()) + ((INFRA_DROPPED_NOTE,) if infra_dropped else ())
+        notes = (
+            ((FIRST_STEP_NOTE,) if start is None else ())
+            + ((INFRA_DROPPED_NOTE,) if infra_dropped else ())
+            + ((INTERRUPTED_NOTE,) if interrupted else ())
+        )
         return StepRecord(step=step, values=values, time=end, window_start=start, notes=notes)
 
     def _keys_of(

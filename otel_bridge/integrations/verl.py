@@ -24,12 +24,20 @@ verl's own trainer builds ``Tracking`` inside ``RayPPOTrainer.fit()`` from ``ver
 :class:`~otel_bridge.Bridge` gets its configuration from verl's rollout ``PrometheusConfig`` with
 :func:`bridge_config_from_verl`. This module is otel-bridge's one verl entry point.
 
-**Backend names.** ``default_backend`` takes verl's names: ``console``, ``tensorboard``, ``wandb`` (and the
-deprecated ``tracking``), ``mlflow``, ``trackio``, plus otel-bridge's ``jsonl``, each mapped to the otel-bridge tracker
-of the same kind when that tracker exists in this installation (:func:`supported_backends`). verl's ``project_name``
-and ``experiment_name`` become the wandb project/name, the MLflow experiment/run name and the trackio project/name;
-``tensorboard`` writes to ``$TENSORBOARD_DIR`` when it is set (as verl does), else ``<run dir>/tensorboard``. verl
-backends otel-bridge has no tracker for (``swanlab``, ``vemlp_wandb``, ``clearml``) raise
+**Backend names.** ``default_backend`` takes verl's names (verl 0.9's ``Tracking.supported_backend``): ``console``,
+``tensorboard``, ``wandb`` (and the deprecated ``tracking``), ``mlflow``, ``trackio``, ``file``, plus otel-bridge's
+``jsonl``, each mapped to the otel-bridge tracker of the same kind when that tracker exists in this installation
+(:func:`supported_backends`). verl's ``project_name`` and ``experiment_name`` become the wandb project/name, the MLflow
+experiment/run name and the trackio project/name; ``tensorboard`` writes to ``$TENSORBOARD_DIR`` when it is set (as
+verl does), else ``<run dir>/tensorboard``. ``file`` is the ``jsonl`` tracker writing where verl's ``FileLogger``
+writes (``$VERL_FILE_LOGGER_PATH``, else ``$VERL_FILE_LOGGER_ROOT``, default the working directory,
+``/<project_name>/<experiment_name>.jsonl``); its lines are otel-bridge records (one per step: ``step``, ``time``,
+``window_start``, then the flat metric keys) where verl writes one ``{"step": ..., "data": {...}}`` line per ``log()``
+call, and it appends where verl truncates. ``file`` and ``jsonl`` are the same kind: the first one listed is used.
+``rl_insight`` is handed to verl's own ``verl.utils.tracking.RLInsightLogger`` (so it needs verl installed): it gets
+each ``log()`` call's ``data`` as in verl (the trainer's metrics, not the rollout servers': rl-insight registers those
+itself), and, as in verl, does nothing unless ``VERL_RL_INSIGHT_ENABLE=1``; its errors after start-up are logged, not
+raised. verl backends otel-bridge has no tracker for (``swanlab``, ``vemlp_wandb``, ``clearml``) raise
 :class:`~otel_bridge.errors.ConfigError` listing the supported names. Trackers listed under ``trackers`` in the
 bridge config are kept, and take precedence over a ``default_backend`` name of the same kind.
 
@@ -52,14 +60,16 @@ created in a process whose rank (``otel.rank``, else ``$RANK``) is not ``deliver
 nothing to trackers and queries no infrastructure (see :mod:`otel_bridge.integrations`).
 
 **Closing.** There is no ``__del__``: call :meth:`Tracking.finish` (or use ``with Tracking(...) as logger``).
-verl's trainer does not call ``finish()``; :func:`patch_verl` therefore creates trackers with ``close_at_exit=True``,
-which closes them from an ``atexit`` hook.
+verl's ``RayPPOTrainer.fit()`` does not call ``finish()`` (verl 0.9's v1 trainer calls ``finish(exit_code=...)``,
+accepted here); :func:`patch_verl` therefore creates trackers with ``close_at_exit=True``, which closes them from an
+``atexit`` hook.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -91,9 +101,13 @@ VERL_BACKENDS: Final[Mapping[str, str]] = {
     "tracking": "wandb",
     "mlflow": "mlflow",
     "trackio": "trackio",
+    "file": "jsonl",
     "jsonl": "jsonl",
 }
 """verl backend name (plus otel-bridge's ``jsonl``) -> otel-bridge tracker kind."""
+
+RL_INSIGHT: Final = "rl_insight"
+"""The verl backend handed to verl's own ``RLInsightLogger`` (no otel-bridge tracker)."""
 
 UNSUPPORTED_VERL_BACKENDS: Final = ("swanlab", "vemlp_wandb", "clearml")
 """verl backends that otel-bridge has no tracker for."""
@@ -102,8 +116,26 @@ _UNSAFE_RUN_CHARS: Final = re.compile(r"[^A-Za-z0-9._\-]+")
 
 
 def supported_backends() -> list[str]:
-    """The ``default_backend`` names this installation accepts (those whose otel-bridge tracker exists)."""
-    return sorted(name for name, kind in VERL_BACKENDS.items() if kind in BACKENDS)
+    """The ``default_backend`` names this installation accepts (those whose otel-bridge tracker exists, and
+    ``rl_insight`` when verl is installed)."""
+    names = [name for name, kind in VERL_BACKENDS.items() if kind in BACKENDS]
+    if importlib.util.find_spec("verl") is not None:  # finds the package without importing it
+        names.append(RL_INSIGHT)
+    return sorted(names)
+
+
+def _backend_names(default_backend: str | Sequence[str]) -> list[str]:
+    return [default_backend] if isinstance(default_backend, str) else list(default_backend)
+
+
+def verl_file_logger_path(project_name: str, experiment_name: str) -> Path:
+    """Where verl's ``file`` backend (``verl.utils.tracking.FileLogger``) writes: ``$VERL_FILE_LOGGER_PATH``, else
+    ``$VERL_FILE_LOGGER_ROOT`` (default ``.``, ``~`` expanded) ``/<project_name>/<experiment_name>.jsonl``; absolute."""
+    path = os.environ.get("VERL_FILE_LOGGER_PATH")
+    if path is None:
+        root = os.path.expanduser(os.environ.get("VERL_FILE_LOGGER_ROOT", "."))
+        path = os.path.join(root, project_name, f"{experiment_name}.jsonl")
+    return Path(path).absolute()
 
 
 def _safe_name(name: str) -> str:
@@ -116,12 +148,18 @@ def verl_trackers(
     """The otel-bridge trackers for verl's ``default_backend`` names (in order, each kind once).
 
     Raises :class:`ConfigError` for a name otel-bridge has no tracker for, listing the supported names.
+    ``rl_insight`` makes no tracker (:class:`Tracking` hands it to verl's ``RLInsightLogger``).
     """
-    names = [default_backend] if isinstance(default_backend, str) else list(default_backend)
     supported = supported_backends()
     trackers: list[TrackerConfig] = []
     kinds: set[str] = set()
-    for name in names:
+    for name in _backend_names(default_backend):
+        if name == RL_INSIGHT:
+            if name not in supported:
+                raise ConfigError(
+                    "default_backend 'rl_insight' is verl's own RLInsightLogger, which needs verl: pip install verl"
+                )
+            continue
         kind = VERL_BACKENDS.get(name)
         if kind is None or kind not in BACKENDS:
             why = "verl backend with no otel-bridge tracker" if name in UNSUPPORTED_VERL_BACKENDS else "unknown backend"
@@ -132,7 +170,10 @@ def verl_trackers(
         if kind in kinds:
             continue
         kinds.add(kind)
-        trackers.append(TrackerConfig(type=kind, **_tracker_options(kind, project_name, experiment_name, config)))
+        options = _tracker_options(kind, project_name, experiment_name, config)
+        if name == "file":
+            options["path"] = str(verl_file_logger_path(project_name, experiment_name))
+        trackers.append(TrackerConfig(type=kind, **options))
     return trackers
 
 
@@ -225,6 +266,19 @@ def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
         return None
 
 
+def _rl_insight_logger(project_name: str, experiment_name: str, config: Any) -> Any:
+    """verl's own ``RLInsightLogger`` (which imports ``rl_insight`` when ``VERL_RL_INSIGHT_ENABLE=1``)."""
+    try:
+        from verl.utils.tracking import RLInsightLogger  # verl's own backend; importing verl imports torch & co
+
+        return RLInsightLogger(project_name, experiment_name, config)
+    except ImportError as err:
+        raise ConfigError(
+            f"default_backend 'rl_insight' (verl's RLInsightLogger) cannot start: {err}; install it (pip install "
+            "rl-insight) or, when rl-insight is not wanted, unset VERL_RL_INSIGHT_ENABLE or drop 'rl_insight'"
+        ) from err
+
+
 class Tracking:
     """verl's ``Tracking`` interface on an otel-bridge :class:`~otel_bridge.Bridge` (see the module docstring).
 
@@ -269,9 +323,12 @@ class Tracking:
         self.bridge = Bridge.from_config(resolved, backends=backends)
         self._warn = RateLimitedLogger(_log, resolved.delivery.warn_interval_s)
         self._at_exit = close_at_exit
+        self._rl_insight: Any = None
         if close_at_exit:
             atexit.register(self.finish)
         try:
+            if RL_INSIGHT in _backend_names(default_backend):
+                self._rl_insight = _rl_insight_logger(project_name, experiment_name, config)
             if config is not None:
                 save_hyperparameters(self.bridge, config)
         except BaseException:
@@ -305,6 +362,11 @@ class Tracking:
                     ", ".join(self.logger),
                 )
         self.bridge.log(data, step=step)
+        if self._rl_insight is not None and (backend is None or RL_INSIGHT in backend):
+            try:
+                self._rl_insight.log(data=data, step=step)
+            except Exception as exc:  # noqa: BLE001 - rl-insight failing after start-up must not stop training
+                self._warn.warning("rl-insight", "verl's RLInsightLogger.log failed at step %s: %s", step, exc)
 
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
@@ -313,12 +375,20 @@ class Tracking:
         with self.bridge.step(step):
             yield
 
-    def finish(self) -> DeliveryReport:
-        """Deliver every pending step and close the trackers (closing twice returns the same report)."""
+    def finish(self, exit_code: int = 0) -> DeliveryReport:
+        """Deliver every pending step and close the trackers (closing twice returns the same report).
+
+        ``exit_code`` is verl 0.9's argument (its v1 trainer passes 1 after a failure); it is not used.
+        """
         if self._at_exit:
             atexit.unregister(self.finish)
             self._at_exit = False
-        return self.bridge.close()
+        rl_insight, self._rl_insight = self._rl_insight, None
+        try:
+            return self.bridge.close()
+        finally:
+            if rl_insight is not None:
+                rl_insight.finish()
 
     close = finish
 

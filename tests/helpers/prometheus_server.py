@@ -37,6 +37,8 @@ class PrometheusServer:
     """``prometheus`` scraping ``targets`` (``host:port``) every ``scrape_interval_s`` seconds, on 127.0.0.1.
 
     ``rules`` is a rule file's content (``groups: [...]``), loaded from ``rules.yml`` beside the config.
+    ``enable_lifecycle`` starts it with ``--web.enable-lifecycle``, so ``POST /-/reload`` re-reads
+    :attr:`config_path` (what verl's ``update_prometheus_config`` does after rewriting that file).
     """
 
     def __init__(
@@ -49,8 +51,11 @@ class PrometheusServer:
         port: int | None = None,
         config_override: dict[str, Any] | None = None,
         rules: dict[str, Any] | None = None,
+        enable_lifecycle: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.config_path = workdir / "prometheus.yml"
+        self.enable_lifecycle = enable_lifecycle
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.targets = list(targets)
@@ -83,7 +88,7 @@ class PrometheusServer:
     def start(self, timeout_s: float = 30.0) -> PrometheusServer:
         """Start the server and wait until it is ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config_path = self.workdir / "prometheus.yml"
+        config_path = self.config_path
         config_path.write_text(yaml.safe_dump(self.config()), encoding="utf-8")
         if self.rules is not None:
             (self.workdir / "rules.yml").write_text(yaml.safe_dump(self.rules, sort_keys=False), encoding="utf-8")
@@ -95,6 +100,7 @@ class PrometheusServer:
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--log.level=warn",
+                *(["--web.enable-lifecycle"] if self.enable_lifecycle else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -56,9 +57,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
-def _check_http_url(value: str, key: str) -> str:
+def _check_http_url(value: str, key: str, written: str | None = None) -> str:
     if not re.match(r"^https?://[^/\s]+", value):
         raise ValueError(f"{key} must be an http:// or https:// URL, got {value!r}")
+    try:
+        port = urlsplit(value).port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"{key} = {written or repr(value)}: the port must be a number from 1 to 65535")
     return value.rstrip("/")
 
 
@@ -141,12 +148,13 @@ class ScrapeConfig(_Model):
         if isinstance(values, str):
             return values
         out = []
-        for value in values:
+        for index, written in enumerate(values):
+            value = written
             if "://" not in value:
                 if not re.match(r"^[A-Za-z0-9.\-\[\]:]+:\d+$", value):
-                    raise ValueError(f"scrape target {value!r} must be a URL or host:port")
+                    raise ValueError(f"scrape.targets[{index}] = {value!r} must be a URL or host:port")
                 value = f"http://{value}/metrics"
-            out.append(_check_http_url(value, "scrape.targets[]"))
+            out.append(_check_http_url(value, f"scrape.targets[{index}]", repr(written)))
         return out
 
 
@@ -366,21 +374,24 @@ class BridgeConfig(_Model):
         """Build a validated config from a YAML file path, a mapping, or nothing (defaults), plus env overrides."""
         if isinstance(source, BridgeConfig):
             return source
+        what = "otel-bridge config"
         if source is None:
             data: dict[str, Any] = {}
         elif isinstance(source, str | Path):
             data = read_yaml(Path(source))
+            what = f"otel-bridge config file {source}"
         elif isinstance(source, Mapping):
             data = copy.deepcopy(dict(source))
         else:
             raise ConfigError(f"config must be a path, a mapping or a BridgeConfig, not {type(source).__name__}")
         data = apply_env_overrides(data, os.environ if environ is None else environ)
-        return cls.from_dict(data)
+        return cls.from_dict(data, what)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BridgeConfig:
-        """Validate a mapping; errors become one :class:`ConfigError` listing every problem."""
+    def from_dict(cls, data: Mapping[str, Any], what: str = "otel-bridge config") -> BridgeConfig:
+        """Validate a mapping; errors become one :class:`ConfigError` listing every problem (under ``invalid
+        <what>``)."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, cls)) from None
+            raise ConfigError(format_validation_error(exc, cls, what)) from None

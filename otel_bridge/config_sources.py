@@ -31,12 +31,26 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
     return {str(k): v for k, v in data.items()}
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line, placed by line and column of the file (``line 4, column 1: expected ...``)."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    text = where + (exc.problem or "invalid YAML")
+    if exc.context:
+        context_mark = exc.context_mark
+        at = f" at line {context_mark.line + 1}, column {context_mark.column + 1}" if context_mark is not None else ""
+        text += f" ({exc.context}{at})"
+    return text
 
 
 def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Used for the main configuration (:mod:`otel_bridge.config`) and for every tracke
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -43,6 +44,14 @@ def _loc_text(loc: tuple[int | str, ...]) -> str:
     return text or "(top level)"
 
 
+def _did_you_mean(loc: tuple[int | str, ...], owner: type[BaseModel] | None) -> str:
+    """``; did you mean 'prometheus.scrape_interval_s'?`` for a misspelt key, or ``''``."""
+    if owner is None or not loc or not isinstance(loc[-1], str):
+        return ""
+    close = difflib.get_close_matches(loc[-1], list(owner.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean '{_loc_text((*loc[:-1], close[0]))}'?" if close else ""
+
+
 def format_validation_error(exc: ValidationError, model: type[BaseModel], what: str = "otel-bridge config") -> str:
     """Turn pydantic's errors into lines that name the key and what is allowed, under the header ``invalid <what>``."""
     lines = []
@@ -53,13 +62,13 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], what: 
         if kind == "extra_forbidden":
             owner = _model_at(model, loc)
             allowed = ", ".join(owner.model_fields) if owner else "see the README's config reference"
-            lines.append(f"unknown key '{key}'; allowed keys here: {allowed}")
+            lines.append(f"unknown key '{key}'; allowed keys here: {allowed}{_did_you_mean(loc, owner)}")
         elif kind == "literal_error":
             expected = error.get("ctx", {}).get("expected", "")
             lines.append(f"'{key}' = {error['input']!r} is not allowed; expected {expected}")
         elif kind == "value_error":
             message = str(error.get("ctx", {}).get("error", error["msg"]))
-            lines.append(f"'{key}': {message}" if loc else message)
+            lines.append(f"'{key}': {message}" if loc and not message.startswith(key) else message)
         elif kind == "missing":
             lines.append(f"missing key '{key}'")
         else:

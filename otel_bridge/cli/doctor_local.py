@@ -28,7 +28,9 @@ class LocalChecks(CheckRecorder):
         try:
             config = BridgeConfig.load(self.config_path, environ=environ)
         except ConfigError as exc:
-            self.add("config", "fail", f"{where}: {exc}", "fix the config as the message says")
+            named = f"config file {where} " in str(exc) or f"config file {where}:" in str(exc)
+            detail = str(exc) if named else f"{where}: {exc}"
+            self.add("config", "fail", detail, "fix the config as the message says")
             return None
         auth = config.prometheus.auth
         try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
-import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,7 +43,7 @@ from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport as DeliveryReport
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
-from otel_bridge.health import NONFINITE_VALUES, Health
+from otel_bridge.health import Health
 from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource, check_meter_provider
 from otel_bridge.phases import PhaseLog
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -54,6 +53,7 @@ from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue, ranges
 from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.tracing import build_step_tracer
+from otel_bridge.trainer_values import check_keys, check_step, trainer_numbers
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
@@ -236,6 +236,7 @@ class Bridge(PhaseMarks):
     def begin_step(self, step: int) -> None:
         """Start the window of training step ``step`` now (for callbacks that cannot wrap a ``with`` block)."""
         self._check_open()
+        step = check_step(step, "begin_step")
         if self._open_step is not None:
             raise StepOrderError(f"step {step} opened while step {self._open_step} is still open; steps do not nest")
         self._check_new_step(step)
@@ -275,10 +276,14 @@ class Bridge(PhaseMarks):
         and no later step began), the values join its record. Otherwise this call is the step's boundary: its window
         runs from the previous boundary to now (the first one has no start; see the README), and the record stays
         open for more values of the same step until the next boundary, :meth:`commit`, :meth:`collect` or
-        :meth:`close`. Values must be numbers (ints, floats, numpy/torch scalars); others are skipped with a warning.
+        :meth:`close`. ``step`` is an integer (else :class:`~otel_bridge.errors.InvalidStepError`); a key in the
+        bridge's ``otel_bridge/`` namespace raises :class:`~otel_bridge.errors.ReservedKeyError`. A value that is not
+        one number (ints, floats, numpy/torch scalars) is skipped with a warning naming its key.
         """
         self._check_open()
-        values = self._numbers(metrics, step)
+        step = check_step(step, "log")
+        check_keys(metrics)
+        values = trainer_numbers(metrics, step, self._warn, self.health)
         if self._open_step is not None:
             if step != self._open_step:
                 raise StepOrderError(
@@ -296,30 +301,6 @@ class Bridge(PhaseMarks):
         window = StepWindow(step, self._last_boundary, end)
         self._pending = StepJob(window, self.reader.snapshot_instruments(), values, phases=self._phase_log.take(end))
         self._last_step, self._last_boundary = step, end
-
-    def _numbers(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
-        values: dict[str, float] = {}
-        for key, raw in metrics.items():
-            item = getattr(raw, "item", None)
-            try:
-                value = float(item() if callable(item) else raw)
-            except (TypeError, ValueError):
-                self._warn.warning(
-                    f"not-a-number:{key}",
-                    "step %d: trainer metric %r is a %s, not a number; it is not logged",
-                    step,
-                    key,
-                    type(raw).__name__,
-                )
-                continue
-            if not math.isfinite(value):
-                self.health.count(NONFINITE_VALUES)
-                self._warn.warning(
-                    f"nonfinite:{key}", "step %d: trainer metric %r is %s; it is not logged", step, key, value
-                )
-                continue
-            values[str(key)] = value
-        return values
 
     # -- delivery ----------------------------------------------------------------------------------------------------
 

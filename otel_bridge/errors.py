@@ -14,6 +14,8 @@ Hierarchy::
     ├── DiscoveryError              Prometheus / scrape targets could not be found (lists what was tried)
     ├── BackendError                a tracker backend failed
     ├── StepOrderError              steps logged out of order, or to a step already recorded
+    ├── InvalidStepError            a step that is not an integer, or too large to be stored exactly
+    ├── ReservedKeyError            a trainer key in the bridge's own ``otel_bridge/`` namespace
     ├── DeliveryTimeoutError        a step's record was not delivered in time
     └── BridgeClosedError           the bridge was used after ``close()``
 """
@@ -107,6 +109,14 @@ class BridgeClosedError(OtelBridgeError, RuntimeError):
 
 class StepOrderError(OtelBridgeError, ValueError):
     """A step was logged out of order, twice, or while another step's window is open."""
+
+
+class InvalidStepError(OtelBridgeError, TypeError, ValueError):
+    """A step that is not an integer (``1.5``, ``"3"``, ``True``) or whose magnitude exceeds 2**53."""
+
+
+class ReservedKeyError(OtelBridgeError, ValueError):
+    """A trainer metric named in the bridge's own ``otel_bridge/`` namespace (its health keys, wandb's step axis)."""
 
 
 class DeliveryTimeoutError(OtelBridgeError, TimeoutError):

@@ -27,6 +27,7 @@ BACKEND_ERRORS = "otel_bridge/backend_errors"
 BACKEND_DROPPED = "otel_bridge/backend_dropped"
 DROPPED_INFRA = "otel_bridge/dropped_infra_steps"
 NONFINITE_VALUES = "otel_bridge/nonfinite_values"
+SKIPPED_VALUES = "otel_bridge/skipped_values"
 INFRA_UNAVAILABLE = "otel_bridge/infra_unavailable"
 BOUNDARY_LAG = "otel_bridge/boundary_lag_s"
 TARGETS_DOWN = "otel_bridge/targets_down"
@@ -39,6 +40,7 @@ DESCRIPTIONS: Mapping[str, str] = {
     BACKEND_DROPPED: "step records a tracker's full queue dropped",
     DROPPED_INFRA: "steps whose infrastructure readings were dropped (delivery queue full)",
     NONFINITE_VALUES: "NaN or infinite values left out of step records",
+    SKIPPED_VALUES: "trainer values that are not one number (tensors, overflowing ints, ...) left out of step records",
     INFRA_UNAVAILABLE: "producers that failed in the last step",
     BOUNDARY_LAG: "largest distance between a boundary of the last step and the sample that stood for it",
     TARGETS_DOWN: "Prometheus targets with a failed scrape during the last step",

@@ -38,6 +38,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.step_queue",
             "otel_bridge.bridge_phases",
             "otel_bridge.tracing",
+            "otel_bridge.trainer_values",
         ),
     ),
     ("pipeline", ("otel_bridge.reader", "otel_bridge.producers", "otel_bridge.exporters")),

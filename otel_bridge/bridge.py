@@ -265,9 +265,15 @@ class Bridge(PhaseMarks):
 
     def commit(self) -> None:
         """Send the record of the last ended step now (no more values can be added to it)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._jobs.put(pending)
+        # The job leaves _pending only once it is queued: a signal's exception at any point in between leaves it
+        # either still pending (close() queues it) or queued (marked so, never queued twice).
+        pending = self._pending
+        try:
+            if pending is not None and not pending.queued:
+                self._jobs.put(pending)
+        finally:
+            if pending is not None and pending.queued:
+                self._pending = None
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record the trainer's metrics for ``step`` (verl's ``Tracking.log(data, step)`` shape).
@@ -350,7 +356,8 @@ class Bridge(PhaseMarks):
             return self._report
         if self._open_step is not None:  # left open by begin_step: it ends now and is delivered, marked interrupted
             self._end_step(self._open_step, interrupted=True)
-        if self._pending is not None:  # the run's last window: sources that sample on their own schedule close it
+        # the run's last window: sources that sample on their own schedule close it
+        if self._pending is not None and not self._pending.queued:
             self._pending.window = dataclasses.replace(self._pending.window, final=True)
         self.commit()
         self._closed = True

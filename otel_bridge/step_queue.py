@@ -35,6 +35,7 @@ class StepJob:
     values: dict[str, float] = field(default_factory=dict)
     infra: bool = True
     phases: tuple[Phase, ...] = ()
+    queued: bool = False
 
 
 class StepQueue:
@@ -50,17 +51,26 @@ class StepQueue:
         self._closed = False
 
     def put(self, job: StepJob) -> None:
-        """Enqueue ``job``, blocking at most ``max_block_s`` while full, then dropping old infrastructure readings."""
+        """Enqueue ``job``, blocking at most ``max_block_s`` while full, then dropping old infrastructure readings.
+
+        The job is enqueued whatever interrupts the wait: an exception raised in it (``SystemExit`` from a SIGTERM
+        handler, ``KeyboardInterrupt``) propagates only after the job is in the queue and marked ``queued``, so the
+        finished step it carries is still delivered by ``close()``.
+        """
         with self._cond:
-            deadline = time.monotonic() + self._max_block_s
-            while len(self._jobs) >= self._size and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._drop_oldest_infra(job.window.step)
-                    break
-                self._cond.wait(remaining)
-            self._jobs.append(job)
-            self._cond.notify_all()
+            try:
+                deadline = time.monotonic() + self._max_block_s
+                while len(self._jobs) >= self._size and not self._closed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        self._drop_oldest_infra(job.window.step)
+                        break
+                    self._cond.wait(remaining)
+            finally:
+                if not job.queued:
+                    job.queued = True
+                    self._jobs.append(job)
+                    self._cond.notify_all()
 
     def _drop_oldest_infra(self, new_step: int) -> None:
         victim = next((j for j in self._jobs if j.infra), None)

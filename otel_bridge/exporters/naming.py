@@ -125,12 +125,22 @@ def phase_key(phase: str, key: str) -> str:
 
 
 def trainer_key(name: str) -> str:
-    """The tracker key of a trainer metric.
+    """The tracker key of a value the trainer logged under ``name`` (``bridge.log``).
 
-    verl-style keys (``actor/loss``, ``perf/throughput``) and OTel instrument names (``trainer.tokens``) are
-    valid keys and come back unchanged; anything else is sanitised with :func:`sanitize_key`.
+    verl-style keys (``actor/loss``, ``perf/throughput``) are valid keys and come back unchanged; anything else is
+    sanitised with :func:`sanitize_key`.
     """
     return sanitize_key(name)
+
+
+def instrument_key(name: str) -> str:
+    """The tracker key of an OpenTelemetry instrument: its name's ``.`` become ``/``.
+
+    TensorBoard and wandb make a section of a key's first ``/`` segment, so ``trainer.update_seconds`` would be a
+    section of its own; ``instrument_key("trainer.update_seconds")`` is ``"trainer/update_seconds"``, in the
+    section ``trainer`` with the other ``trainer.*`` instruments, in every tracker.
+    """
+    return sanitize_key(name.replace(".", "/"))
 
 
 def _with_suffix(key: str, suffix: str) -> str:

@@ -40,7 +40,7 @@ from opentelemetry.sdk.metrics.export import (
 
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus
-from otel_bridge.exporters.naming import KeyRegistry, infra_key, phase_key, sanitize_key, trainer_key
+from otel_bridge.exporters.naming import KeyRegistry, infra_key, instrument_key, phase_key, sanitize_key, trainer_key
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -192,7 +192,7 @@ class TrackerExporter(MetricExporter):
             assert isinstance(point, NumberDataPoint)
             yield source, _with_labels(metric_name, attributes), float(point.value)
         elif isinstance(point, HistogramDataPoint):
-            base = _with_labels(trainer_key(metric_name), attributes)
+            base = _with_labels(instrument_key(metric_name), attributes)
             yield f"{source}|count", f"{base}/count", float(point.count)
             yield f"{source}|sum", f"{base}/sum", float(point.sum)
             if point.count:
@@ -200,7 +200,7 @@ class TrackerExporter(MetricExporter):
                 yield f"{source}|min", f"{base}/min", float(point.min)
                 yield f"{source}|max", f"{base}/max", float(point.max)
         else:
-            yield source, _with_labels(trainer_key(metric_name), attributes), float(point.value)
+            yield source, _with_labels(instrument_key(metric_name), attributes), float(point.value)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         """Wait until every backend has written what it was given; ``False`` on timeout."""

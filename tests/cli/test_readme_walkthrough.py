@@ -110,12 +110,12 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
         assert "otel_bridge/boundary_lag_s" in record  # read through Prometheus: the PromQL path
         assert record["otel_bridge/missing_metrics"] == 0.0
         assert record["rollout/vllm/generation_tokens_total/delta"] > 0
-        assert record["trainer.tokens"] == 3072.0 * (record["step"] + 1)  # a counter is a running total
+        assert record["trainer/tokens"] == 3072.0 * (record["step"] + 1)  # a counter is a running total
     assert json.loads(outputs["tail -n"].stdout)["step"] == 4
 
 
 def test_the_readme_record_example_holds(tmp_path: Path) -> None:
-    """Issue 16 point 4: the README's JSONL line shows trainer.tokens as the counter really reports it."""
+    """Issue 16 point 4: the README's JSONL line shows trainer/tokens as the counter really reports it."""
     text = README.read_text(encoding="utf-8")
     example = re.search(
         r"One JSONL line of that run.*?when every step trains on ([\d,]+) tokens:\n\n```json\n(.*?)```", text, re.S
@@ -123,7 +123,7 @@ def test_the_readme_record_example_holds(tmp_path: Path) -> None:
     assert example, "the README's JSONL example moved"
     per_step = float(example[1].replace(",", ""))
     step = int(re.search(r'"step": (\d+)', example[2])[1])  # type: ignore[index]
-    shown = float(re.search(r'"trainer\.tokens": ([\d.]+)', example[2])[1])  # type: ignore[index]
+    shown = float(re.search(r'"trainer/tokens": ([\d.]+)', example[2])[1])  # type: ignore[index]
     with Bridge.from_config({"trackers": [], "run": {"dir": str(tmp_path)}}) as bridge:
         tokens = bridge.meter("trainer").create_counter("trainer.tokens")
         latency = bridge.meter("trainer").create_histogram("trainer.update_seconds")
@@ -132,5 +132,5 @@ def test_the_readme_record_example_holds(tmp_path: Path) -> None:
                 tokens.add(per_step)
                 latency.record(0.5)
         record = bridge.collect(step)
-    assert record["trainer.tokens"] == shown
-    assert record["trainer.update_seconds/count"] == 1.0  # histograms are per step
+    assert record["trainer/tokens"] == shown
+    assert record["trainer/update_seconds/count"] == 1.0  # histograms are per step

@@ -322,7 +322,8 @@ def test_console_writes_one_line_per_step_for_50_records() -> None:
         parts = line.split(" | ")
         assert parts[0] == f"step {record.step}"
         shown = dict(part.split("=", 1) for part in parts[1:] if not part.startswith("note: "))
-        assert list(shown) == sorted(record.values)
+        trainer = sorted(k for k in record.values if not k.startswith("rollout/"))  # every trainer key first
+        assert list(shown) == trainer + sorted(k for k in record.values if k.startswith("rollout/"))
         assert shown == {key: f"{value:.4g}" for key, value in record.values.items()}
         for key, text in shown.items():
             assert float(text) == pytest.approx(record.values[key], rel=1e-3)
@@ -332,13 +333,20 @@ def test_console_writes_one_line_per_step_for_50_records() -> None:
 def test_console_line_format_is_exact() -> None:
     record = StepRecord(
         step=12,
-        values={"rollout/vllm/generation_tokens_total/delta": 512.0, "actor/loss": 0.3112345, "z": 1.0},
+        values={
+            "rollout/vllm/generation_tokens_total/delta": 512.0,
+            "rollout/vllm/kv_cache_usage_perc/max": 0.5,
+            "actor/loss": 0.3112345,
+            "z": 1.0,
+            "otel_bridge/query_errors": 0.0,
+        },
         time=T0,
         window_start=T0 - 10,
         notes=("n1",),
     )
-    assert format_record(record, max_keys=2) == (
-        "step 12 | actor/loss=0.3112 | rollout/vllm/generation_tokens_total/delta=512 | (+1 more) | note: n1"
+    assert format_record(record, max_keys=1) == (
+        "step 12 | actor/loss=0.3112 | z=1 | rollout/vllm/generation_tokens_total/delta=512 | (+1 more) | note: n1 "
+        "| health: query_errors=0"
     )
 
 
@@ -355,7 +363,10 @@ def test_console_defaults_to_the_current_stdout(capsys: pytest.CaptureFixture[st
     backend = create_backend("console", {"max_keys": 1}, Path("unused"))
     backend.write(make_records(7)[6])
     backend.close()
-    assert capsys.readouterr().out == "step 7 | actor/loss=0.1429 | (+5 more)\n"
+    assert capsys.readouterr().out == (
+        "step 7 | actor/loss=0.1429 | critic/vf_loss=-3.5 | timing s/gen=0.0007 | trainer.tokens=7000 "
+        "| rollout/vllm/generation_tokens_total/delta/model_name.m=3584 | (+1 more)\n"
+    )
 
 
 def test_console_options_reach_the_backend(capsys: pytest.CaptureFixture[str]) -> None:
@@ -366,7 +377,10 @@ def test_console_options_reach_the_backend(capsys: pytest.CaptureFixture[str]) -
     backend.close()
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "step 3 | actor/loss=0.3333 | critic/vf_loss=-1.5 | (+4 more)\n"
+    assert captured.err == (
+        "step 3 | actor/loss=0.3333 | critic/vf_loss=-1.5 | timing s/gen=0.0003 | trainer.tokens=3000 "
+        "| rollout/vllm/generation_tokens_total/delta/model_name.m=1536 | rollout/vllm/kv_cache_usage_perc/max=0.03\n"
+    )
 
 
 def test_console_closed_stream_is_a_backend_error() -> None:

@@ -122,13 +122,13 @@ def test_otel_instruments_and_trainer_dict_share_the_record(tmp_path: Path) -> N
         records = [bridge.collect(s) for s in range(3)]
     assert records[0]["actor/loss"] == 1.5
     assert not [k for k in records[0] if k.startswith("trainer.")]
-    assert records[1]["trainer.tokens/role.actor"] == 100
-    assert records[1]["trainer.update_seconds/count"] == 2
-    assert records[1]["trainer.update_seconds/mean"] == pytest.approx(0.5)
+    assert records[1]["trainer/tokens/role.actor"] == 100
+    assert records[1]["trainer/update_seconds/count"] == 2
+    assert records[1]["trainer/update_seconds/mean"] == pytest.approx(0.5)
     assert records[1]["actor/loss"] == 0.5
     assert records[1]["actor/lr"] == pytest.approx(3e-4)
-    assert records[2]["trainer.tokens/role.actor"] == 150  # counters are cumulative
-    assert "trainer.update_seconds/mean" not in records[2]  # no observation during step 2
+    assert records[2]["trainer/tokens/role.actor"] == 150  # counters are cumulative
+    assert "trainer/update_seconds/mean" not in records[2]  # no observation during step 2
 
 
 def test_non_numbers_are_skipped_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

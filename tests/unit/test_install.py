@@ -68,7 +68,7 @@ def test_install_routes_plain_otel_code_everywhere(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
 
-    assert out["record"]["user.samples/split.train"] == 5
+    assert out["record"]["user/samples/split.train"] == 5
     assert out["record"]["actor/loss"] == 0.25
     assert out["metrics_url"].startswith("http://127.0.0.1:")
     exposed = [line for line in out["exposition"].splitlines() if line.startswith("user_samples_total{")]

@@ -85,9 +85,9 @@ def test_users_periodic_otlp_export_and_step_records_receive_the_same_instrument
         provider.shutdown()
 
     assert report.complete
-    assert [r["user.samples/split.train"] for r in records] == [5.0, 10.0, 15.0]
-    assert [r["user.latency/count"] for r in records] == [2.0, 2.0, 2.0]
-    assert [r["user.latency/sum"] for r in records] == [1.5, 2.0, 2.5]
+    assert [r["user/samples/split.train"] for r in records] == [5.0, 10.0, 15.0]
+    assert [r["user/latency/count"] for r in records] == [2.0, 2.0, 2.0]
+    assert [r["user/latency/sum"] for r in records] == [1.5, 2.0, 2.5]
 
     assert len(exports) == 2
     first = points(exports[0])

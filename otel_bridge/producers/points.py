@@ -22,16 +22,23 @@ def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindo
     )
 
 
-def missing_warning(warn: RateLimitedLogger, query: MetricQuery, window: StepWindow, why: str) -> None:
-    """Log, rate-limited per metric, that a configured metric matched no series in this step."""
+def missing_warning(
+    warn: RateLimitedLogger,
+    query: MetricQuery,
+    window: StepWindow,
+    why: str,
+    fix: str = "check its name and labels",
+) -> None:
+    """Log, rate-limited per metric, that a configured metric matched no series in this step, why, and what to do."""
     what = query.name or query.promql or (f"ratio {query.ratio[0]} / {query.ratio[1]}" if query.ratio else "?")
     matchers = f" with labels {dict(query.matchers)}" if query.matchers else ""
     warn.warning(
         f"missing:{query.key_name}",
-        "step %d: configured metric %s%s (metrics[%d]) matched no series: %s; check its name and labels",
+        "step %d: configured metric %s%s (metrics[%d]) matched no series: %s; %s",
         window.step,
         what,
         matchers,
         query.source_index,
         why,
+        fix,
     )

@@ -154,7 +154,10 @@ class PromQLProducer:
         check_expressions(self._client, self._queries, window, self._increase_queries(), pad_s=self._pad_s)
         if not self._ready:
             targets = self._serving_targets()
-            self._learn_schedule(targets)
+            gauges = sorted({q.name for q in self._queries if q.kind == "gauge" and q.name and q.ratio is None})
+            # The scrape interval matters to gauges too (a short step may hold no sample of them).
+            scraped = serving_targets(self._client, [*self._primary_names(), *gauges]) if gauges else targets
+            self._learn_schedule(scraped)
             self._choose_boundary(targets)
             self._learn_rules()
             self._ready = True
@@ -184,9 +187,12 @@ class PromQLProducer:
     def _increase_queries(self) -> list[int]:
         return [] if self._scraper is not None else self._counting_queries()
 
+    def _primary_names(self) -> list[str]:
+        return sorted({n for i in self._counting_queries() for n in primary_names(self._queries[i])})
+
     def _serving_targets(self) -> list[dict[str, object]]:
-        names = sorted({n for i in self._counting_queries() for n in primary_names(self._queries[i])})
-        return serving_targets(self._client, names)
+        """Prometheus' targets serving the configured counters and histograms."""
+        return serving_targets(self._client, self._primary_names())
 
     def _learn_schedule(self, targets: Sequence[dict[str, object]]) -> None:
         schedule = schedule_of(targets, self._interval_s)
@@ -307,7 +313,18 @@ class PromQLProducer:
         missing = [q for i, q in enumerate(self._queries) if i not in answered and _expects_answer(q, window)]
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:
-            missing_warning(self._warn, query, window, "Prometheus returned no series for it")
+            if query.kind == "gauge" and window.seconds is not None and window.seconds < self._interval_s:
+                # Not a wrong name: a window shorter than the scrape interval may hold no sample of a gauge.
+                missing_warning(
+                    self._warn,
+                    query,
+                    window,
+                    f"no sample inside this {window.seconds:.3g}s window (Prometheus samples every "
+                    f"{self._interval_s:.3g}s)",
+                    "a gauge has a value only in steps holding a scrape: scrape more often, or use the scrape path",
+                )
+            else:
+                missing_warning(self._warn, query, window, "Prometheus returned no series for it")
         return metrics
 
     def _scraper_answered(self, scraped: Sequence[Metric]) -> set[int]:

@@ -114,6 +114,8 @@ def scrape_producer(
         discovered=discovered,
         verify=verify,
         cert=cert,
+        bearer_token=scrape.auth.bearer_token(),
+        basic_auth=scrape.auth.basic_auth(),
         timeout_s=scrape.timeout_s,
         sample_interval_s=scrape.sample_interval_s,
         max_response_bytes=scrape.max_response_bytes,

@@ -121,6 +121,18 @@ class PrometheusConfig(_Model):
         return _check_http_url(value, "prometheus.url")
 
 
+def _refuse_url_credentials(values: list[str]) -> None:
+    """A target written with ``user:password@`` is refused without echoing it (the password is in it)."""
+    for index, value in enumerate(values):
+        authority = value.split("://", 1)[-1].split("/", 1)[0]
+        if "@" in authority:
+            raise ValueError(
+                f"scrape.targets[{index}] contains credentials (user:password@...), which would end up in logs and "
+                "tracker keys; remove them from the URL and set scrape.auth.username with scrape.auth.password_env "
+                "or scrape.auth.password_file (or scrape.auth.bearer_token_env / scrape.auth.bearer_token_file)"
+            )
+
+
 class ScrapeConfig(_Model):
     """Reading ``/metrics`` endpoints directly (the embedded default: no Prometheus server needed)."""
 
@@ -140,6 +152,13 @@ class ScrapeConfig(_Model):
         description="In-step sampling interval for gauge min/max/mean and reset detection; 0 disables.",
     )
     max_response_bytes: int = Field(20_000_000, gt=0)
+    auth: AuthConfig = Field(
+        AuthConfig(),
+        description=(
+            "Credentials sent to every scrape target (bearer_token_env/_file or username + password_env/_file); "
+            "never in the target URL."
+        ),
+    )
     tls: TLSConfig = TLSConfig()
 
     @field_validator("targets")
@@ -147,6 +166,7 @@ class ScrapeConfig(_Model):
     def _targets(cls, values: list[str] | str) -> list[str] | str:
         if isinstance(values, str):
             return values
+        _refuse_url_credentials(values)
         out = []
         for index, written in enumerate(values):
             value = written

@@ -21,7 +21,8 @@ class _Model(BaseModel):
 
 
 class AuthConfig(_Model):
-    """Credentials for Prometheus. Secrets are read from an environment variable or a file, never inline."""
+    """Credentials for Prometheus (``prometheus.auth``) or the scrape targets (``scrape.auth``). Secrets are read from
+    an environment variable or a file, never inline."""
 
     bearer_token_env: str | None = Field(None, description="Environment variable holding a bearer token.")
     bearer_token_file: Path | None = Field(None, description="File holding a bearer token.")

@@ -57,6 +57,11 @@ def validate_target(value: object, where: str = "target") -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where} must be a 'host:port' string, got {type(value).__name__} {value!r}")
     text = value.strip()
+    if "@" in text.split("://", 1)[-1].split("/", 1)[0]:  # never echoed: the password is in it
+        raise ConfigError(
+            f"{where} contains credentials (user:password@...), which are refused: give host:port only and set "
+            "scrape.auth for targets that need credentials"
+        )
     match = _HOSTPORT.match(text)
     if match is None or not 0 < int(match.group(1)) < 65536:
         hint = " (drop the scheme and path: Prometheus targets are host:port)" if "://" in text else ""

@@ -40,6 +40,12 @@ _MAX_CACHED_SERIES = 200_000
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
+def _credentials_host(url: str) -> str | None:
+    """The host of ``url`` when it carries ``user:password@`` (such a target is refused), else ``None``."""
+    authority = url.split("://", 1)[-1].split("/", 1)[0]
+    return authority.rsplit("@", 1)[1] if "@" in authority else None
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """One scrape round: per target (``host:port``), the wanted families (``None`` where the scrape failed)."""
@@ -62,6 +68,8 @@ class ScrapeProducer:
         max_response_bytes: int = 20_000_000,
         verify: bool | str = True,
         cert: tuple[str, str] | str | None = None,
+        bearer_token: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
         health: Health | None = None,
         produce_timeout_s: float = 30.0,
         warn_interval_s: float = 60.0,
@@ -73,7 +81,13 @@ class ScrapeProducer:
         if any(q.promql is not None for q in queries):
             raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
         self._new_endpoint = functools.partial(
-            MetricsEndpoint, timeout_s=timeout_s, max_response_bytes=max_response_bytes, verify=verify, cert=cert
+            MetricsEndpoint,
+            timeout_s=timeout_s,
+            max_response_bytes=max_response_bytes,
+            verify=verify,
+            cert=cert,
+            bearer_token=bearer_token,
+            basic_auth=basic_auth,
         )
         self._strict = strict and not discovered
         self._endpoints: list[MetricsEndpoint] = []
@@ -109,6 +123,14 @@ class ScrapeProducer:
     def set_targets(self, targets: Sequence[str]) -> None:
         """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes."""
         urls = [t if "://" in t else f"http://{t}/metrics" for t in targets]
+        for host in filter(None, map(_credentials_host, urls)):  # never echoed: logged by host only
+            self._warn.warning(
+                f"credentials:{host}",
+                "scrape target %s was given with credentials in its URL (user:password@...), which are refused: it "
+                "is not scraped; give it without them and set scrape.auth",
+                host,
+            )
+        urls = [url for url in urls if _credentials_host(url) is None]
         with self._targets_lock:
             previous = list(self._instances.values())
             current: dict[str, MetricsEndpoint | None] = {e.url: e for e in self._endpoints}

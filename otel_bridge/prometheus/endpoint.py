@@ -20,7 +20,8 @@ _FAILURES = {
 
 class MetricsEndpoint:
     """A ``/metrics`` URL, read with a transport of its own (one connection pool per endpoint, no retries: the
-    next scrape is the retry). Each read, connect to last body byte, ends within ``timeout_s``."""
+    next scrape is the retry). Each read, connect to last body byte, ends within ``timeout_s``. ``bearer_token`` or
+    ``basic_auth`` (``scrape.auth``) authenticate every request; they are never echoed."""
 
     def __init__(
         self,
@@ -30,6 +31,8 @@ class MetricsEndpoint:
         max_response_bytes: int = 20_000_000,
         verify: bool | str = True,
         cert: tuple[str, str] | str | None = None,
+        bearer_token: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
     ) -> None:
         self.url = url
         self._transport = Transport(
@@ -37,6 +40,8 @@ class MetricsEndpoint:
             max_response_bytes=max_response_bytes,
             verify=verify,
             cert=cert,
+            bearer_token=bearer_token,
+            basic_auth=basic_auth,
             headers={"Accept": ACCEPT, "User-Agent": "otel-bridge"},
         )
 
@@ -49,6 +54,11 @@ class MetricsEndpoint:
             answer = self._transport.get(self.url)
         except TransportError as exc:
             raise ScrapeError(f"scraping {self.url} failed: {self._failure(exc)}", url=self.url) from None
+        if answer.status in (401, 403):
+            raise ScrapeError(
+                f"scraping {self.url} failed: HTTP {answer.status}; the target wants credentials: check scrape.auth",
+                url=self.url,
+            )
         if answer.status != 200:
             raise ScrapeError(
                 f"scraping {self.url} failed: HTTP {answer.status}; check that this is a /metrics URL", url=self.url

@@ -33,11 +33,14 @@ class DeliveryStatus:
     delivered: int
     failed_steps: tuple[int, ...]
     pending_steps: tuple[int, ...]
+    problems: tuple[str, ...] = ()
+    """What was abandoned or failed when the backend was shut down: a delivery thread still writing at the deadline,
+    a ``close()`` still running at the deadline or raising, an error the backend reported after the fact."""
 
     @property
     def complete(self) -> bool:
-        """Every record handed to this backend was written."""
-        return not self.failed_steps and not self.pending_steps
+        """Every record handed to this backend was written and the backend closed cleanly."""
+        return not self.failed_steps and not self.pending_steps and not self.problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,8 @@ class BackendWorker:
         self._abandon = threading.Event()
         self._delivered = 0
         self._failed: list[int] = []
+        self._close_error = ""
+        self._abandoned: tuple[int, ...] = ()
         self._thread = threading.Thread(
             target=suppressing(self._run), name=f"otel-bridge-backend-{self.name}", daemon=True
         )
@@ -127,7 +132,7 @@ class BackendWorker:
                 return False
             try:
                 self.backend.write(record)
-            except Exception as exc:  # noqa: BLE001 - any backend failure is counted, logged and retried
+            except BaseException as exc:  # noqa: BLE001 - even SystemExit from a backend must not end this thread
                 self._health.count(BACKEND_ERRORS, labels={"backend": self.name})
                 last = attempt == self._retries
                 self._warn.error(
@@ -158,20 +163,51 @@ class BackendWorker:
                 self._cond.wait(remaining)
         return True
 
+    def abandon(self) -> None:
+        """Stop taking records: what is still queued (and the record being written) is abandoned."""
+        with self._cond:
+            if not self._stopping:
+                self._stopping = True
+                self._abandoned = tuple(r.step for r in self._queue)
+                if self._inflight is not None:
+                    self._abandoned = (self._inflight, *self._abandoned)
+                self._queue.clear()
+            self._cond.notify_all()
+        self._abandon.set()
+
     def stop(self, deadline: float) -> DeliveryStatus:
         """Drain until ``deadline``, then stop the thread (abandoning what is left) and report."""
         self.drain(deadline)
+        self.abandon()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        problems: tuple[str, ...] = ()
         with self._cond:
-            self._stopping = True
-            pending = tuple(r.step for r in self._queue)
-            if self._inflight is not None:
-                pending = (self._inflight, *pending)
-            self._queue.clear()
-            self._cond.notify_all()
-        self._abandon.set()
-        self._thread.join(max(0.1, deadline - time.monotonic()))
-        with self._cond:
-            return DeliveryStatus(self.name, self._delivered, tuple(self._failed), pending)
+            if self._thread.is_alive():
+                problems = (f"delivery thread still writing step {self._inflight} at close's deadline; not closed",)
+            return DeliveryStatus(self.name, self._delivered, tuple(self._failed), self._abandoned, problems)
+
+    def start_close(self) -> threading.Thread | None:
+        """Close the backend on a thread of its own (``None`` when the delivery thread is still busy with it)."""
+        if self._thread.is_alive():
+            return None
+        closer = threading.Thread(target=suppressing(self._close), name=f"otel-bridge-close-{self.name}", daemon=True)
+        closer.start()
+        return closer
+
+    def _close(self) -> None:
+        try:
+            self.backend.close()
+        except BaseException as exc:  # noqa: BLE001 - one backend failing to close must not stop the others
+            self._close_error = f"close() failed: {type(exc).__name__}: {exc}"
+
+    def closed(self, closer: threading.Thread | None, deadline: float) -> tuple[str, ...]:
+        """Wait for ``closer`` (from :meth:`start_close`) until ``deadline``; what went wrong, if anything."""
+        if closer is None:
+            return ()
+        closer.join(max(0.0, deadline - time.monotonic()))
+        if closer.is_alive():
+            return ("close() still running at close's deadline; abandoned",)
+        return (self._close_error,) if self._close_error else ()
 
     @property
     def stopped(self) -> bool:

@@ -1,0 +1,88 @@
+"""``close()`` returns by its deadline whatever a backend does, and its report names what was abandoned (issue 14
+point 7): a backend whose ``close()`` hangs, a backend raising ``SystemExit`` (or another ``BaseException``) from
+``write``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_bridge import Bridge
+from otel_bridge.exporters.record import StepRecord
+from tests.faults.support import CollectingBackend, base_config
+
+
+class HangingCloseBackend(CollectingBackend):
+    """Writes fine; ``close()`` blocks until released (a tracker's final upload that never finishes)."""
+
+    def __init__(self) -> None:
+        super().__init__("hanging_close")
+        self.release = threading.Event()
+
+    def close(self) -> None:
+        """Hang."""
+        self.release.wait(30)
+
+
+class ExitingBackend:
+    """``write`` raises a ``BaseException`` that is not an ``Exception`` (a library calling ``sys.exit``)."""
+
+    name = "exiting"
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def write(self, record: StepRecord) -> None:
+        """Raise."""
+        raise self.error
+
+    def flush(self) -> None:
+        """Nothing buffered."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _run(bridge: Bridge, steps: int) -> None:
+    for step in range(steps):
+        with bridge.step(step):
+            bridge.log({"actor/loss": float(step)}, step=step)
+
+
+def test_a_hanging_backend_close_does_not_hold_close_past_its_deadline(tmp_path: Path) -> None:
+    hanging, healthy = HangingCloseBackend(), CollectingBackend()
+    bridge = Bridge.from_config(base_config(tmp_path, "hang"), backends=[hanging, healthy])
+    try:
+        _run(bridge, 3)
+        started = time.monotonic()
+        report = bridge.close(timeout_s=1.5)
+        elapsed = time.monotonic() - started
+    finally:
+        hanging.release.set()
+    assert elapsed < 2.5, elapsed
+    assert sorted(healthy.by_step()) == [0, 1, 2]
+    status = {s.backend: s for s in report.backends}
+    assert status["collecting"].complete
+    assert status["hanging_close"].delivered == 3
+    assert any("close() still running" in p for p in status["hanging_close"].problems)
+    assert not report.complete
+
+
+@pytest.mark.parametrize("error", [SystemExit(1), KeyboardInterrupt(), GeneratorExit()], ids=type)
+def test_a_backend_raising_base_exception_is_reported_and_close_is_prompt(tmp_path: Path, error: BaseException) -> None:
+    healthy = CollectingBackend()
+    config = base_config(tmp_path, "exit", delivery={"backend_retries": 1, "backend_backoff_s": 0.05})
+    bridge = Bridge.from_config(config, backends=[ExitingBackend(error), healthy])
+    _run(bridge, 3)
+    started = time.monotonic()
+    report = bridge.close(timeout_s=10)
+    elapsed = time.monotonic() - started
+    assert elapsed < 3, elapsed
+    status = {s.backend: s for s in report.backends}
+    assert status["exiting"].failed_steps == (0, 1, 2)
+    assert status["exiting"].pending_steps == ()
+    assert sorted(healthy.by_step()) == [0, 1, 2]
+    assert bridge.health.counter("otel_bridge/backend_errors", labels={"backend": "exiting"}) == 6

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from otel_bridge.errors import BackendError
 from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
@@ -51,23 +52,23 @@ def record_to_json(record: StepRecord) -> str:
 class JsonlBackend:
     """Appends one JSON object per step to ``path`` (a resumed run appends to the same file).
 
-    Parent directories are created. The file is flushed after every record, so a crash loses at most the
-    record being written; a partial last line left by such a crash is terminated before the next record is
-    appended.
+    Parent directories are created. Each record goes to the operating system in one unbuffered append, so a crash
+    loses at most the record being written; a partial last line left by such a crash is terminated before the next
+    record is appended. A write that fails (disk full) is undone: the file is cut back to its length before it, so a
+    retry writes the record once and the file stays valid JSON Lines in step order.
     """
 
     def __init__(self, path: Path) -> None:
         self.name = "jsonl"
         self.path = path
-        self._file: TextIO | None = None
+        self._fd: int | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             needs_newline = self._ends_without_newline(path)
-            self._file = path.open("a", encoding="utf-8")
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             if needs_newline:
                 _logger.warning("jsonl: %s ends with a partial line (an earlier crash?); appending after it", path)
-                self._file.write("\n")
-                self._file.flush()
+                self._append(b"\n")
         except OSError as err:
             raise BackendError(f"jsonl: cannot open {path} for appending: {err}; choose a writable path") from err
 
@@ -79,33 +80,42 @@ class JsonlBackend:
             existing.seek(-1, 2)
             return existing.read(1) != b"\n"
 
+    def _append(self, data: bytes) -> None:
+        """Append ``data`` entirely or not at all (on failure the file is cut back to its previous length)."""
+        assert self._fd is not None
+        before = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError:
+            try:
+                if os.fstat(self._fd).st_size != before:  # part of it was written (not on a device like /dev/full)
+                    os.ftruncate(self._fd, before)
+            except OSError as undo:
+                _logger.error("jsonl: cannot cut %s back to %d bytes after a failed write: %s", self.path, before, undo)
+            raise
+
     def write(self, record: StepRecord) -> None:
-        """Append ``record`` as one line and flush it to the operating system."""
-        if self._file is None:
+        """Append ``record`` as one line, whole or not at all."""
+        if self._fd is None:
             raise BackendError(f"jsonl: {self.path} is closed; cannot write step {record.step}")
         line = record_to_json(record)
         try:
-            self._file.write(line + "\n")
-            self._file.flush()
+            self._append((line + "\n").encode("utf-8"))
         except OSError as err:
             raise BackendError(f"jsonl: cannot write step {record.step} to {self.path}: {err}") from err
 
     def flush(self) -> None:
-        """Flush buffered output (every record is already flushed by :meth:`write`)."""
-        if self._file is None:
-            return
-        try:
-            self._file.flush()
-        except OSError as err:
-            raise BackendError(f"jsonl: cannot flush {self.path}: {err}") from err
+        """Nothing is buffered: every record reaches the operating system in :meth:`write`."""
 
     def close(self) -> None:
         """Close the file. Closing twice is allowed."""
-        if self._file is None:
+        if self._fd is None:
             return
-        file, self._file = self._file, None
+        fd, self._fd = self._fd, None
         try:
-            file.close()
+            os.close(fd)
         except OSError as err:
             raise BackendError(f"jsonl: cannot close {self.path}: {err}") from err
 

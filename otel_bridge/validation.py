@@ -7,6 +7,7 @@ Used for the main configuration (:mod:`otel_bridge.config`) and for every tracke
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -52,6 +53,17 @@ def _did_you_mean(loc: tuple[int | str, ...], owner: type[BaseModel] | None) -> 
     return f"; did you mean '{_loc_text((*loc[:-1], close[0]))}'?" if close else ""
 
 
+_SECRET_KEYS = re.compile(r"auth|password|token|secret|api_key|credential", re.IGNORECASE)
+
+
+def _shown(loc: tuple[int | str, ...], value: Any) -> str:
+    """``value`` as an error may quote it: never under a key that holds credentials (an inline secret written in the
+    wrong shape, e.g. ``auth: "Bearer tok-..."`` or ``bearer_token_env: ["tok-..."]``), only its type there."""
+    if any(isinstance(part, str) and _SECRET_KEYS.search(part) for part in loc):
+        return f"a {type(value).__name__} (not shown: it may hold a secret)"
+    return repr(value)
+
+
 def format_validation_error(exc: ValidationError, model: type[BaseModel], what: str = "otel-bridge config") -> str:
     """Turn pydantic's errors into lines that name the key and what is allowed, under the header ``invalid <what>``."""
     lines = []
@@ -65,14 +77,14 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], what: 
             lines.append(f"unknown key '{key}'; allowed keys here: {allowed}{_did_you_mean(loc, owner)}")
         elif kind == "literal_error":
             expected = error.get("ctx", {}).get("expected", "")
-            lines.append(f"'{key}' = {error['input']!r} is not allowed; expected {expected}")
+            lines.append(f"'{key}' = {_shown(loc, error['input'])} is not allowed; expected {expected}")
         elif kind == "value_error":
             message = str(error.get("ctx", {}).get("error", error["msg"]))
             lines.append(f"'{key}': {message}" if loc and not message.startswith(key) else message)
         elif kind == "missing":
             lines.append(f"missing key '{key}'")
         else:
-            lines.append(f"'{key}' = {error.get('input')!r}: {error['msg']}")
+            lines.append(f"'{key}' = {_shown(loc, error.get('input'))}: {error['msg']}")
     count = len(lines)
     header = f"invalid {what}" + (f" ({count} problems)" if count > 1 else "")
     return header + ":\n  - " + "\n  - ".join(lines)

@@ -14,6 +14,7 @@ from otel_bridge.cli.doctor_base import CheckRecorder
 from otel_bridge.config import AUTO, ENV_PREFIX, BridgeConfig, MetricConfig, TrackerConfig
 from otel_bridge.errors import ConfigError, DiscoveryError
 from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.prometheus.credentials import secret_forms
 
 
 class LocalChecks(CheckRecorder):
@@ -32,14 +33,12 @@ class LocalChecks(CheckRecorder):
             detail = str(exc) if named else f"{where}: {exc}"
             self.add("config", "fail", detail, "fix the config as the message says")
             return None
-        auth = config.prometheus.auth
-        try:
-            token = auth.bearer_token()
-            basic = auth.basic_auth()
-        except ConfigError as exc:
-            self.add("config", "fail", f"{where}: prometheus.auth: {exc}", "provide the secret as the message says")
-            return None
-        self._secrets = [s for s in (token, basic[1] if basic else None) if s]
+        for section, auth in (("prometheus.auth", config.prometheus.auth), ("scrape.auth", config.scrape.auth)):
+            try:  # every form a secret takes on the wire is scrubbed: token, password, base64 basic-auth header
+                self._secrets.extend(secret_forms(auth.bearer_token(), auth.basic_auth()))
+            except ConfigError as exc:
+                self.add("config", "fail", f"{where}: {section}: {exc}", "provide the secret as the message says")
+                return None
         # resolve_metrics warns about deprecated names; the "deprecated" checks report them with the fix instead
         metric_set_log = logging.getLogger(resolve_metrics.__module__)  # its module logger
         level = metric_set_log.level

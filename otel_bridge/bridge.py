@@ -268,6 +268,9 @@ class Bridge(PhaseMarks):
         # The job leaves _pending only once it is queued: a signal's exception at any point in between leaves it
         # either still pending (close() queues it) or queued (marked so, never queued twice).
         pending = self._pending
+        if self.exporter.forked:  # a forked child's copy has no delivery worker and the trackers are the parent's
+            self._pending = None
+            return
         try:
             if pending is not None and not pending.queued:
                 self._jobs.put(pending)
@@ -354,6 +357,8 @@ class Bridge(PhaseMarks):
         if self._closed:
             assert self._report is not None
             return self._report
+        if self.exporter.forked:  # a forked child's copy: the trackers, worker and run are the parent's
+            return DeliveryReport((), ())
         if self._open_step is not None:  # left open by begin_step: it ends now and is delivered, marked interrupted
             self._end_step(self._open_step, interrupted=True)
         # the run's last window: sources that sample on their own schedule close it
@@ -389,7 +394,12 @@ class Bridge(PhaseMarks):
             self.close(timeout_s)
 
     def _close_at_exit(self) -> None:
-        """``atexit`` hook: deliver what is pending when the trainer exits without calling :meth:`close`."""
+        """``atexit`` hook: deliver what is pending when the trainer exits without calling :meth:`close`.
+
+        A forked child (a DataLoader worker exiting) inherits the hook: there it does nothing.
+        """
+        if self.exporter.forked:
+            return
         report = self.close()
         if not report.complete:
             _log.error("otel-bridge: at exit, not every record was delivered: %s", report)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -93,6 +94,7 @@ class TrackerExporter(MetricExporter):
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()  # a forked child (DataLoader worker) must never write, flush or close these backends
         self._report: list[DeliveryStatus] | None = None
         names = [b.name for b in backends]
         if len(set(names)) != len(names):
@@ -122,7 +124,10 @@ class TrackerExporter(MetricExporter):
         return MetricExportResult.SUCCESS
 
     def write(self, record: StepRecord) -> None:
-        """Queue ``record`` for every backend, in step order."""
+        """Queue ``record`` for every backend, in step order (nothing in a forked child: the backends are the
+        parent's)."""
+        if self.forked:
+            return
         with self._lock:
             if self._closed:
                 raise RuntimeError("TrackerExporter is shut down")
@@ -130,6 +135,11 @@ class TrackerExporter(MetricExporter):
                 worker.submit(record)
         if self._on_record is not None:
             self._on_record(record)
+
+    @property
+    def forked(self) -> bool:
+        """This is a copy in a forked child process: the backends (their threads, runs, files) are the parent's."""
+        return os.getpid() != self._pid
 
     def delivery_status(self) -> list[DeliveryStatus]:
         """Per backend: written, given up on, still queued (the final report once shut down)."""
@@ -206,11 +216,18 @@ class TrackerExporter(MetricExporter):
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         """Wait until every backend has written what it was given; ``False`` on timeout."""
+        if self.forked:
+            return True
         deadline = time.monotonic() + timeout_millis / 1000
         return all([w.drain(deadline) for w in self._workers])
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        """Deliver what is queued (until the timeout), close every backend, and log what was not delivered."""
+        """Deliver what is queued (until the timeout), close every backend, and log what was not delivered.
+
+        In a forked child it does nothing: closing would end the parent's wandb/MLflow run while it trains.
+        """
+        if self.forked:
+            return
         with self._lock:
             if self._closed:
                 return

@@ -9,7 +9,10 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
    ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run in ``run.dir``: a
    warning when samples may bound steps that are shorter than two scrape intervals.
 5. ``endpoint <url>``: every rollout ``/metrics`` endpoint answers (scrape path).
-6. ``metric <key>``: every configured metric returns series now, and from which instances.
+6. ``step``: the producer a run builds from the same config starts (the run's start-up check) and reads one step's
+   window with the run's own queries, so doctor cannot pass where a run fails to start or misses a metric.
+   ``metric <key>``: every configured metric returns series now, from which instances, and the keys the step
+   recorded it under.
 7. ``deprecated <name>``: configured vLLM names that vLLM 0.32 removed, with the replacement.
 8. ``run dir``: ``run.dir`` can be created and written to.
 9. ``tracker <type>``: every tracker backend imports and writes one record into a temporary run directory.

@@ -1,17 +1,70 @@
 """``otel-bridge doctor`` checks of the configured metrics: each returns series now (through Prometheus or the
-rollout endpoints), and none uses a name vLLM removed."""
+rollout endpoints), a run reads it, and none uses a name vLLM removed.
+
+"A run reads it" is checked the way a run reads it: the producer is built by :func:`otel_bridge.build.build_producers`
+from the same config, started (the start-up check: metadata for entries without ``type``, the one query of every
+expression, targets, boundaries, recording rules) and asked for one step's window between two boundaries, so the
+queries are the run's own; doctor cannot pass where a run fails to start or records nothing for a metric.
+"""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.cli.doctor_base import CheckRecorder
-from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.config import AUTO, BridgeConfig, MetricConfig
 from otel_bridge.errors import DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.exposition import ExpositionFamily
+
+_STEP_MAX_S = 30.0  # the longest step doctor reads (Prometheus' scrape interval, when shorter)
+
+
+@dataclass
+class StepReading:
+    """What one step read as a run reads it recorded: per configured metric (its key name), the record keys."""
+
+    seconds: float
+    keys: dict[str, list[str]] = field(default_factory=dict)
+
+
+class _Collected(logging.Handler):
+    """Keeps the distinct messages of the WARNINGs and ERRORs it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.messages:
+            self.messages.append(message)
+
+
+@contextmanager
+def _producer_warnings() -> Iterator[list[str]]:
+    """The producers' WARNINGs (why a scrape failed, a missing metric...), collected for doctor's checks instead of
+    printed (printed too with --verbose)."""
+    from otel_bridge import producers
+
+    logger = logging.getLogger(producers.__name__)
+    collected = _Collected()
+    propagate = logger.propagate
+    logger.propagate = logger.getEffectiveLevel() <= logging.DEBUG
+    logger.addHandler(collected)
+    try:
+        yield collected.messages
+    finally:
+        logger.removeHandler(collected)
+        logger.propagate = propagate
 
 
 class MetricChecks(CheckRecorder):
@@ -68,15 +121,98 @@ class MetricChecks(CheckRecorder):
                 f"list the metrics to record, e.g. `metrics: [{{preset: {self.default_preset}}}]`",
             )
         queries = self.queries
-        if client is not None:
-            self._metrics_from_prometheus(config, client, queries)
-        elif families:
-            self._metrics_from_endpoints(queries, families)
-        else:
+        if client is None and not families:
             self.add("metrics", "skip", "no source answered (see the checks above)")
+            return
+        step = self.read_one_step(config, client.url if client is not None else None)
+        if client is not None:
+            self._metrics_from_prometheus(config, client, queries, step)
+        else:
+            self._metrics_from_endpoints(queries, families, step)
+
+    def read_one_step(self, config: BridgeConfig, url: str | None) -> StepReading | None:
+        """``step``: build and start the producer as a run does, and read one step's window between two
+        boundaries; ``None`` (a failed check) when a run would not start or its first step fails."""
+        from otel_bridge.build import build_producers
+        from otel_bridge.errors import ConfigError
+        from otel_bridge.health import Health
+        from otel_bridge.reader import ProducerLifecycle
+        from otel_bridge.window import StepWindow
+
+        update: dict[str, object] = {"startup": "strict"}  # degrade would hide at start what fails at every step
+        if self.default_preset is not None:
+            update["metrics"] = [MetricConfig(preset=self.default_preset)]
+        if url is not None:
+            update["prometheus"] = config.prometheus.model_copy(update={"url": url})
+        run_config = config.model_copy(update=update)
+        seconds = 1.0 if url is None else min(_STEP_MAX_S, max(1.0, self._scrape_interval(config, url)))
+        built = None
+        with _producer_warnings() as warnings:
+            try:
+                built = build_producers(run_config, Health())
+                lifecycles = [p for p in built.producers if isinstance(p, ProducerLifecycle)]
+                for producer in lifecycles:
+                    producer.start()
+                start = time.time()
+                for producer in lifecycles:
+                    producer.on_boundary(start)
+                time.sleep(seconds)
+                end = time.time()
+                for producer in lifecycles:
+                    producer.on_boundary(end)
+                window = StepWindow(step=0, start=start, end=end)
+                metrics = [m for producer in built.producers for m in producer.produce(window)]
+            except ConfigError as exc:
+                self.add("step", "fail", f"a run would not start: {exc}", "fix the metrics entry the message names")
+                return None
+            except OtelBridgeError as exc:
+                logged = f" (logged: {'; '.join(warnings[:3])})" if warnings else ""
+                self.add(
+                    "step",
+                    "fail",
+                    f"a run would not start or read its first step: {exc}{logged}",
+                    "see the checks above (prometheus, endpoints) and the message",
+                )
+                return None
+            finally:
+                for made in built.producers if built is not None else []:
+                    if isinstance(made, ProducerLifecycle):
+                        made.close()
+                for watcher in built.watchers if built is not None else []:
+                    watcher.close()
+        reading = StepReading(seconds)
+        for metric in metrics:
+            reading.keys.setdefault(metric.name, []).extend(_record_keys(metric, config.naming.infra_prefix))
+        read = sum(1 for q in self.queries if reading.keys.get(q.key_name))
+        self.add(
+            "step",
+            "pass" if read == len(self.queries) else "fail",
+            f"one {seconds:.3g}s step read as a run reads it: {read}/{len(self.queries)} configured metrics recorded",
+            None if read == len(self.queries) else "see the metric checks below",
+        )
+        return reading
+
+    @staticmethod
+    def _scrape_interval(config: BridgeConfig, url: str) -> float:
+        """Prometheus' scrape interval (its targets list), so that the step holds a sample of every gauge."""
+        from otel_bridge.cli.query import prometheus_client
+        from otel_bridge.prometheus.promql import target_duration
+
+        client = prometheus_client(config, url)
+        try:
+            intervals = [target_duration(t.get("scrapeInterval")) for t in client.targets()]
+        except PrometheusError:
+            intervals = []
+        finally:
+            client.close()
+        return max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
 
     def _metrics_from_prometheus(
-        self, config: BridgeConfig, client: PrometheusClient, queries: Sequence[MetricQuery]
+        self,
+        config: BridgeConfig,
+        client: PrometheusClient,
+        queries: Sequence[MetricQuery],
+        step: StepReading | None,
     ) -> None:
         from otel_bridge.prometheus import promql
 
@@ -92,7 +228,8 @@ class MetricChecks(CheckRecorder):
                 if query.promql is not None:
                     expr = query.promql.replace("$window", lookback)
                     result = client.query(expr)
-                    self._series_check(name, [dict(s.labels) for s in result.series], query.promql, known)
+                    found = [dict(s.labels) for s in result.series]
+                    self._series_check(name, found, query.promql, known, _recorded(step, query))
                     continue
                 missing: list[str] = []
                 labels: list[dict[str, str]] = []
@@ -108,7 +245,7 @@ class MetricChecks(CheckRecorder):
             if missing:
                 self._series_check(name, [], " and ".join(missing), known)
             else:
-                self._series_check(name, labels, query.name or "", known)
+                self._series_check(name, labels, query.name or "", known, _recorded(step, query))
 
     @staticmethod
     def _sample_names(query: MetricQuery) -> list[tuple[str, ...]]:
@@ -122,11 +259,35 @@ class MetricChecks(CheckRecorder):
             return [(query.name, f"{query.name}_count")]
         return [(query.name,)]
 
-    def _series_check(self, name: str, labels: list[dict[str, str]], what: str, known: Iterable[str]) -> None:
+    def _series_check(
+        self,
+        name: str,
+        labels: list[dict[str, str]],
+        what: str,
+        known: Iterable[str],
+        recorded: tuple[float, list[str]] | None = None,
+        found: str | None = None,
+    ) -> None:
+        """Pass when the metric has series (``found`` says where, default: how many and from which instances) and
+        (``recorded``: the step read as a run reads it) a step recorded it."""
         if labels:
             instances = sorted({series.get("instance", "") for series in labels} - {""})
-            where = f"; instance: {', '.join(instances)}" if instances else ""
-            self.add(name, "pass", f"{len(labels)} series{where}")
+            found = found or f"{len(labels)} series" + (f"; instance: {', '.join(instances)}" if instances else "")
+            if recorded is None:
+                self.add(name, "pass", found)
+                return
+            seconds, keys = recorded
+            if keys:
+                more = f" (+{len(keys) - 1} more)" if len(keys) > 1 else ""
+                self.add(name, "pass", f"{found}; a step records {keys[0]}{more}")
+                return
+            self.add(
+                name,
+                "fail",
+                f"{found}, but a {seconds:.3g}s step read as a run reads it recorded nothing",
+                "check the entry's type, stats and labels against the metric; `otel-bridge query NAME --config FILE` "
+                "shows what a step reads",
+            )
             return
         first = what.split(" and ")[0].split(" or ")[0]
         for suffix in ("_count", "_bucket", "_sum"):
@@ -141,7 +302,10 @@ class MetricChecks(CheckRecorder):
         )
 
     def _metrics_from_endpoints(
-        self, queries: Sequence[MetricQuery], families: dict[str, dict[str, ExpositionFamily]]
+        self,
+        queries: Sequence[MetricQuery],
+        families: dict[str, dict[str, ExpositionFamily]],
+        step: StepReading | None,
     ) -> None:
         known = sorted({name for found in families.values() for name in found})
         for query in queries:
@@ -155,7 +319,9 @@ class MetricChecks(CheckRecorder):
             ]
             if where:
                 hosts = [u.split("//", 1)[-1].split("/", 1)[0] for u in where]
-                self.add(name, "pass", f"{len(where)}/{len(families)} endpoints; instance: {', '.join(hosts)}")
+                found = f"{len(where)}/{len(families)} endpoints; instance: {', '.join(hosts)}"
+                labels = [{"instance": host} for host in hosts]
+                self._series_check(name, labels, " and ".join(wanted), known, _recorded(step, query), found)
             else:
                 self._series_check(name, [], " and ".join(wanted), known)
 
@@ -183,6 +349,22 @@ def _selector(names: Sequence[str], matchers: dict[str, str]) -> str:
     inner = [f"__name__=~{promql.regex_alternation(names)}"]
     inner += [f"{promql.validate_label_name(k)}={promql.quote_label_value(v)}" for k, v in sorted(matchers.items())]
     return "{" + ",".join(inner) + "}"
+
+
+def _recorded(step: StepReading | None, query: MetricQuery) -> tuple[float, list[str]] | None:
+    """The step's length and the record keys it had for ``query`` (``None``: no step was read)."""
+    return None if step is None else (step.seconds, sorted(step.keys.get(query.key_name, [])))
+
+
+def _record_keys(metric: Metric, prefix: str) -> Iterator[str]:
+    """The tracker keys a run records ``metric``'s points under (as the tracker exporter names them)."""
+    from otel_bridge.exporters.naming import infra_key
+    from otel_bridge.schema import STAT_ATTRIBUTE
+
+    for point in metric.data.data_points:
+        attributes = {str(k): str(v) for k, v in (point.attributes or {}).items()}
+        stat = attributes.pop(STAT_ATTRIBUTE, None)
+        yield infra_key(metric.name, stat, attributes, prefix=prefix)
 
 
 def _matches(family: ExpositionFamily, query: MetricQuery) -> bool:

@@ -23,7 +23,15 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from otel_bridge.config_secrets import AuthConfig, TLSConfig
-from otel_bridge.config_sources import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, apply_env_overrides, read_yaml
+from otel_bridge.config_sources import (
+    AUTO,
+    ENV_PREFIX,
+    ENV_PROMETHEUS_URL,
+    Lines,
+    apply_env_overrides,
+    read_yaml,
+    read_yaml_lines,
+)
 from otel_bridge.errors import ConfigError
 from otel_bridge.prometheus.promql import LABEL_NAME, METRIC_NAME
 from otel_bridge.validation import format_validation_error
@@ -394,24 +402,26 @@ class BridgeConfig(_Model):
         """Build a validated config from a YAML file path, a mapping, or nothing (defaults), plus env overrides."""
         if isinstance(source, BridgeConfig):
             return source
-        what = "otel-bridge config"
+        what, lines = "otel-bridge config", None
         if source is None:
             data: dict[str, Any] = {}
         elif isinstance(source, str | Path):
-            data = read_yaml(Path(source))
+            data, lines = read_yaml_lines(Path(source))
             what = f"otel-bridge config file {source}"
         elif isinstance(source, Mapping):
             data = copy.deepcopy(dict(source))
         else:
             raise ConfigError(f"config must be a path, a mapping or a BridgeConfig, not {type(source).__name__}")
         data = apply_env_overrides(data, os.environ if environ is None else environ)
-        return cls.from_dict(data, what)
+        return cls.from_dict(data, what, lines)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], what: str = "otel-bridge config") -> BridgeConfig:
+    def from_dict(
+        cls, data: Mapping[str, Any], what: str = "otel-bridge config", lines: Lines | None = None
+    ) -> BridgeConfig:
         """Validate a mapping; errors become one :class:`ConfigError` listing every problem (under ``invalid
-        <what>``)."""
+        <what>``, each with its line in the file when ``lines`` says where the keys are)."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, cls, what)) from None
+            raise ConfigError(format_validation_error(exc, cls, what, lines)) from None

@@ -20,8 +20,17 @@ ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
 AUTO = "auto"
 
 
+Lines = dict[tuple[int | str, ...], int]
+"""Where each key and list item of a YAML file is: its path (``("prometheus", "url")``, ``("metrics", 0)``) -> line."""
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file); a :class:`ConfigError` otherwise."""
+    return read_yaml_lines(path)[0]
+
+
+def read_yaml_lines(path: Path) -> tuple[dict[str, Any], Lines]:
+    """:func:`read_yaml`, and the line of every key and list item (for errors that name the line)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -33,10 +42,24 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
     if data is None:
-        return {}
+        return {}, {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
-    return {str(k): v for k, v in data.items()}
+    lines: Lines = {}
+    _note_lines(yaml.compose(text, Loader=yaml.SafeLoader), (), lines)
+    return {str(k): v for k, v in data.items()}, lines
+
+
+def _note_lines(node: yaml.Node | None, path: tuple[int | str, ...], lines: Lines) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            here = (*path, str(key.value))
+            lines[here] = key.start_mark.line + 1
+            _note_lines(value, here, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*path, index)] = item.start_mark.line + 1
+            _note_lines(item, (*path, index), lines)
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

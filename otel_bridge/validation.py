@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -64,11 +65,26 @@ def _shown(loc: tuple[int | str, ...], value: Any) -> str:
     return repr(value)
 
 
-def format_validation_error(exc: ValidationError, model: type[BaseModel], what: str = "otel-bridge config") -> str:
-    """Turn pydantic's errors into lines that name the key and what is allowed, under the header ``invalid <what>``."""
-    lines = []
+def _line_of(loc: tuple[int | str, ...], places: Mapping[tuple[int | str, ...], int]) -> str:
+    """`` (line 7)``: the line of the longest prefix of ``loc`` the file has, or ``''``."""
+    for end in range(len(loc), 0, -1):
+        if loc[:end] in places:
+            return f" (line {places[loc[:end]]})"
+    return ""
+
+
+def format_validation_error(
+    exc: ValidationError,
+    model: type[BaseModel],
+    what: str = "otel-bridge config",
+    places: Mapping[tuple[int | str, ...], int] | None = None,
+) -> str:
+    """Turn pydantic's errors into lines that name the key and what is allowed, under the header ``invalid <what>``;
+    with ``places`` (a YAML file's key paths -> lines), each line ends with the line of the file it is about."""
+    lines: list[str] = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
+        before = len(lines)
         key = _loc_text(loc)
         kind = error["type"]
         if kind == "extra_forbidden":
@@ -85,6 +101,8 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], what: 
             lines.append(f"missing key '{key}'")
         else:
             lines.append(f"'{key}' = {_shown(loc, error.get('input'))}: {error['msg']}")
+        if places and len(lines) > before:
+            lines[-1] += _line_of(loc, places)
     count = len(lines)
     header = f"invalid {what}" + (f" ({count} problems)" if count > 1 else "")
     return header + ":\n  - " + "\n  - ".join(lines)

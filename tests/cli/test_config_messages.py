@@ -22,9 +22,9 @@ def test_misspelt_keys_get_did_you_mean(tmp_path: Path) -> None:
     detail = check_named(document, "config")["detail"]
     assert detail.startswith(f"invalid otel-bridge config file {config} (2 problems):"), detail
     assert "unknown key 'promethues'; allowed keys here: " in detail
-    assert "did you mean 'prometheus'?" in detail
+    assert "did you mean 'prometheus'? (line 1)" in detail  # the line of the file the key is on
     assert "unknown key 'prometheus.scrape_interval'; " in detail
-    assert "did you mean 'prometheus.scrape_interval_s'?" in detail
+    assert "did you mean 'prometheus.scrape_interval_s'? (line 4)" in detail
 
     # a tracker's own options get the same help (they are validated when the tracker is built)
     config.write_text("trackers:\n  - {type: jsonl, pth: x.jsonl}\n", encoding="utf-8")
@@ -58,8 +58,8 @@ def test_out_of_range_ports_are_refused_at_config_time(tmp_path: Path) -> None:
     done = run_cli(["doctor", "--json", "--config", str(config)], cwd=tmp_path)
     assert done.returncode == 1
     detail = check_named(json.loads(done.stdout), "config")["detail"]
-    assert "prometheus.url = 'http://localhost:80000': the port must be a number from 1 to 65535" in detail
-    assert "scrape.targets[1] = 'localhost:80000': the port must be a number from 1 to 65535" in detail
+    assert "prometheus.url = 'http://localhost:80000': the port must be a number from 1 to 65535 (line 2)" in detail
+    assert "scrape.targets[1] = 'localhost:80000': the port must be a number from 1 to 65535 (line 4)" in detail
 
     # nothing is started: the same file is refused by a run before any connection is tried
     run_dir = tmp_path / "runs"

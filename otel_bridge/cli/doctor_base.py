@@ -35,6 +35,7 @@ class CheckRecorder:
         self._secrets: list[str] = []
         self.queries: list[MetricQuery] = []
         self.default_preset: str | None = None  # the preset checked when the config lists no metrics
+        self.scrape_interval_s: float | None = None  # Prometheus' scrape interval, from its targets list
 
     def _scrub(self, text: str | None) -> str | None:
         if text is None:

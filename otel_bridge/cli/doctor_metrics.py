@@ -145,7 +145,8 @@ class MetricChecks(CheckRecorder):
         if url is not None:
             update["prometheus"] = config.prometheus.model_copy(update={"url": url})
         run_config = config.model_copy(update=update)
-        seconds = 1.0 if url is None else min(_STEP_MAX_S, max(1.0, self._scrape_interval(config, url)))
+        interval = self.scrape_interval_s or config.prometheus.scrape_interval_s  # so a gauge has a sample in the step
+        seconds = 1.0 if url is None else min(_STEP_MAX_S, max(1.0, interval))
         built = None
         with _producer_warnings() as warnings:
             try:
@@ -163,7 +164,7 @@ class MetricChecks(CheckRecorder):
                 window = StepWindow(step=0, start=start, end=end)
                 metrics = [m for producer in built.producers for m in producer.produce(window)]
             except ConfigError as exc:
-                self.add("step", "fail", f"a run would not start: {exc}", "fix the metrics entry the message names")
+                self.add("step", "fail", f"a run would not start: {exc}", "fix the config as the message says")
                 return None
             except OtelBridgeError as exc:
                 logged = f" (logged: {'; '.join(warnings[:3])})" if warnings else ""
@@ -191,21 +192,6 @@ class MetricChecks(CheckRecorder):
             None if read == len(self.queries) else "see the metric checks below",
         )
         return reading
-
-    @staticmethod
-    def _scrape_interval(config: BridgeConfig, url: str) -> float:
-        """Prometheus' scrape interval (its targets list), so that the step holds a sample of every gauge."""
-        from otel_bridge.cli.query import prometheus_client
-        from otel_bridge.prometheus.promql import target_duration
-
-        client = prometheus_client(config, url)
-        try:
-            intervals = [target_duration(t.get("scrapeInterval")) for t in client.targets()]
-        except PrometheusError:
-            intervals = []
-        finally:
-            client.close()
-        return max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
 
     def _metrics_from_prometheus(
         self,

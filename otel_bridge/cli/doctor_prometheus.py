@@ -98,6 +98,7 @@ class PrometheusChecks(CheckRecorder):
             return
         intervals = [target_duration(t.get("scrapeInterval")) for t in targets]
         interval = max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
+        self.scrape_interval_s = interval
         prom = config.prometheus
         mode = {
             "samples": "Prometheus' samples (prometheus.boundary: samples)",

@@ -119,6 +119,7 @@ def scrape_producer(
         timeout_s=scrape.timeout_s,
         sample_interval_s=scrape.sample_interval_s,
         max_response_bytes=scrape.max_response_bytes,
+        max_series=scrape.max_series,
         produce_timeout_s=config.delivery.produce_timeout_s,
         warn_interval_s=config.delivery.warn_interval_s,
     )

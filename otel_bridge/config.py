@@ -160,6 +160,14 @@ class ScrapeConfig(_Model):
         description="In-step sampling interval for gauge min/max/mean and reset detection; 0 disables.",
     )
     max_response_bytes: int = Field(20_000_000, gt=0)
+    max_series: int = Field(
+        20_000,
+        gt=0,
+        description=(
+            "Cap on the series of the configured metrics one target may expose in one scrape; a larger page is "
+            "dropped for that scrape (counted in scrape_errors) after parsing stops at the cap."
+        ),
+    )
     auth: AuthConfig = Field(
         AuthConfig(),
         description=(

@@ -11,6 +11,7 @@ Hierarchy::
     │   └── ResponseTooLargeError        the body exceeded the configured cap
     ├── ScrapeError                 reading a ``/metrics`` endpoint
     ├── ExpositionParseError        text exposition that cannot be parsed
+    │   └── SampleLimitError             more samples of the configured metrics than scrape.max_series
     ├── DiscoveryError              Prometheus / scrape targets could not be found (lists what was tried)
     ├── BackendError                a tracker backend failed
     ├── StepOrderError              steps logged out of order, or to a step already recorded
@@ -87,6 +88,14 @@ class ScrapeError(OtelBridgeError):
 
 class ExpositionParseError(OtelBridgeError, ValueError):
     """Prometheus text exposition that cannot be parsed."""
+
+
+class SampleLimitError(ExpositionParseError):
+    """An exposition holds more samples of the wanted metrics than the caller's cap (parsing stopped there)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} samples of the configured metrics (parsing stopped there)")
+        self.limit = limit
 
 
 class DiscoveryError(OtelBridgeError):

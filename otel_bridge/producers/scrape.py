@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics.export import Metric
 
-from otel_bridge.errors import ConfigError, ExpositionParseError, ScrapeError
+from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, Health
 from otel_bridge.producers.aggregate import RawSeries, compute_stats
 from otel_bridge.producers.metric_set import MetricQuery
@@ -66,6 +66,7 @@ class ScrapeProducer:
         timeout_s: float = 5.0,
         sample_interval_s: float = 1.0,
         max_response_bytes: int = 20_000_000,
+        max_series: int | None = None,
         verify: bool | str = True,
         cert: tuple[str, str] | str | None = None,
         bearer_token: str | None = None,
@@ -90,6 +91,7 @@ class ScrapeProducer:
             basic_auth=basic_auth,
         )
         self._strict = strict and not discovered
+        self._max_series = max_series
         self._endpoints: list[MetricsEndpoint] = []
         self._instances: dict[str, str] = {}
         self._queries = list(queries)
@@ -222,7 +224,16 @@ class ScrapeProducer:
 
     def _scrape_one(self, endpoint: MetricsEndpoint, instance: str) -> Families | None:
         try:
-            families = parse_exposition(endpoint.fetch(), self._wanted)
+            families = parse_exposition(endpoint.fetch(), self._wanted, max_samples=self._max_series)
+        except SampleLimitError as exc:
+            self._health.count(SCRAPE_ERRORS, labels={"instance": instance})
+            self._warn.warning(
+                f"scrape:{endpoint.url}",
+                "scraping %s: %s; this scrape is dropped: narrow the metrics (labels) or raise scrape.max_series",
+                endpoint.url,
+                exc,
+            )
+            return None
         except (ScrapeError, ExpositionParseError) as exc:
             self._health.count(SCRAPE_ERRORS, labels={"instance": instance})
             self._warn.warning(f"scrape:{endpoint.url}", "%s", exc)

@@ -35,17 +35,19 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal, get_args
 
-from otel_bridge.errors import ExpositionParseError
+from otel_bridge.errors import ExpositionParseError, SampleLimitError
 from otel_bridge.prometheus.promql import LABEL_NAME_PATTERN, METRIC_NAME_PATTERN
 from otel_bridge.window import MetricKind
 
 _log = logging.getLogger(__name__)
+_SLICE_CHARS: Final = 1 << 18  # characters of exposition read in one regex pass (see _Parser._feed)
 
 #: What a ``# TYPE`` line declares: one of the bridge's :data:`~otel_bridge.window.MetricKind` or another exposition
 #: type (which the bridge parses but computes no window statistics for).
@@ -106,15 +108,18 @@ class ExpositionFamily:
     samples: tuple[ExpositionSample, ...]
 
 
-def parse_exposition(text: str, wanted: Collection[str] | None = None) -> dict[str, ExpositionFamily]:
+def parse_exposition(
+    text: str, wanted: Collection[str] | None = None, *, max_samples: int | None = None
+) -> dict[str, ExpositionFamily]:
     """Parse Prometheus/OpenMetrics text exposition into families keyed by PromQL/config name.
 
     ``wanted`` holds config-style names (counter with ``_total``, histogram base name, gauge name); families
     not in it are skipped cheaply, and wanted names absent from ``text`` are simply absent from the result.
     ``wanted=None`` keeps every family. Raises :class:`ExpositionParseError` (line number and excerpt in the
-    message) for malformed input, and for a family whose lines are not one contiguous group.
+    message) for malformed input, and for a family whose lines are not one contiguous group. Past ``max_samples`` kept
+    samples, :class:`SampleLimitError`.
     """
-    parser = _Parser(None if wanted is None else frozenset(wanted))
+    parser = _Parser(None if wanted is None else frozenset(wanted), max_samples)
     families = parser.run("\n" + text)
     _log.debug("parsed %d families from %d characters of exposition", len(families), len(text))
     return families
@@ -276,8 +281,10 @@ def _parse_labels_and_value(line: str, name_end: int, lineno: int) -> tuple[dict
 class _Parser:
     """One parse: the current family group, every family so far, and the families kept."""
 
-    def __init__(self, wanted: frozenset[str] | None) -> None:
+    def __init__(self, wanted: frozenset[str] | None, max_samples: int | None = None) -> None:
         self._wanted = wanted
+        self._limit = max_samples or 0
+        self._room: float = max_samples or math.inf  # samples that may still be kept
         self._families: dict[str, ExpositionFamily] = {}
         self._type_kinds: dict[str, FamilyKind] = {}
         self._claimed: dict[str, int] = {}  # type and sample names of every family so far -> its first line
@@ -317,6 +324,8 @@ class _Parser:
 
     @staticmethod
     def _cut_at_eof(body: str) -> str:
+        if "EOF" not in body:  # a substring search: many times faster than the regex over a large page
+            return body
         eof = _EOF_LINE_RE.search(body)
         if eof is None:
             return body
@@ -330,7 +339,19 @@ class _Parser:
         return body[: eof.start()]
 
     def _feed(self, chunk: str, lineno: int) -> None:
-        """Read the lines of ``chunk``, which starts with the newline ending line ``lineno``."""
+        """Read the lines of ``chunk`` (it starts with the newline ending line ``lineno``) in slices: a regex pass holds
+        the GIL briefly (the trainer's thread runs in between), and the sample cap stops the reading early."""
+        start = 0
+        while len(chunk) - start > _SLICE_CHARS:
+            end = chunk.find("\n", start + _SLICE_CHARS)
+            if end == -1:
+                break
+            self._feed_slice(chunk[start:end], lineno)
+            lineno += chunk.count("\n", start, end)
+            start = end
+        self._feed_slice(chunk[start:] if start else chunk, lineno)
+
+    def _feed_slice(self, chunk: str, lineno: int) -> None:
         group = self._group
         if group is not None:
             if not group.keep:
@@ -342,13 +363,14 @@ class _Parser:
             if offset:
                 self._line(line.strip(" \t\r"), lineno + offset)
 
-    @staticmethod
-    def _feed_simple(chunk: str, group: _Group) -> bool:
+    def _feed_simple(self, chunk: str, group: _Group) -> bool:
         """Parse ``chunk`` in one regex pass if it is all simple lines of ``group``; False (and no change) if not."""
         lines = _SIMPLE_LINE_RE.findall(chunk)
         if sum(len(line[0]) for line in lines) != len(chunk):
             return False
         members = group.members
+        if len(lines) > self._room and sum(1 for line in lines if line[1] in members) > self._room:
+            raise SampleLimitError(self._limit)  # before any sample object is built
         samples: list[ExpositionSample] = []
         keys: set[tuple[str, frozenset[tuple[str, str]]]] = set()
         for _, name, block, value in lines:
@@ -369,6 +391,7 @@ class _Parser:
             samples.append(ExpositionSample(name, labels, float(value)))
         if not keys.isdisjoint(group.seen):
             return False
+        self._room -= len(samples)  # the check above: never below 0
         group.seen.update(keys)
         group.samples.extend(samples)
         return True
@@ -393,6 +416,9 @@ class _Parser:
         key = (name, frozenset(labels.items()))
         if key in group.seen:
             raise _error(lineno, line, "duplicate sample (same name and labels as an earlier line)")
+        if self._room < 1:
+            raise SampleLimitError(self._limit)
+        self._room -= 1
         group.seen.add(key)
         group.samples.append(ExpositionSample(name, MappingProxyType(labels), value))
 

@@ -123,6 +123,7 @@ class Bridge(PhaseMarks):
                 health=self.health,
                 resource=resource,
                 warn_interval_s=config.delivery.warn_interval_s,
+                produce_timeout_s=delivery.produce_timeout_s,
             )
             self._provider = attach_readers([self.reader, *self._extra.readers], resource, self.health, meter_provider)
             self.meter_provider = self._provider.provider
@@ -139,7 +140,13 @@ class Bridge(PhaseMarks):
             if hasattr(self, "exporter"):
                 self.exporter.shutdown()
             raise
-        self._jobs = StepQueue(delivery.queue_size, delivery.max_block_s, health=self.health, warn=self._warn)
+        self._jobs = StepQueue(
+            delivery.queue_size,
+            delivery.max_block_s,
+            health=self.health,
+            warn=self._warn,
+            on_full=self.reader.abandon_infra,
+        )
         self._worker = threading.Thread(target=self._deliver, name="otel-bridge-delivery", daemon=True)
         self._worker.start()
         self._open_step: int | None = None
@@ -370,7 +377,13 @@ class Bridge(PhaseMarks):
         timeout = self.config.delivery.close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         self._jobs.close()
-        self._worker.join(max(0.0, deadline - time.monotonic()))
+        # Half the time for complete records; then the infrastructure readings still missing are given up so that
+        # the trainer's values of every pending step are delivered within the deadline.
+        self._worker.join(max(0.0, deadline - timeout / 2 - time.monotonic()))
+        if self._worker.is_alive():
+            self._jobs.drop_infra()
+            self.reader.abandon_infra()
+            self._worker.join(max(0.0, deadline - time.monotonic()))
         unassembled = self._jobs.drain_pending() if self._worker.is_alive() else []
         if self._worker.is_alive():
             _log.error(

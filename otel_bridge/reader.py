@@ -39,6 +39,7 @@ from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
 from otel_bridge.phases import Phase
+from otel_bridge.producers.deadline import InfraDeadline
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
 from otel_bridge.suppression import instrumentation_suppressed
@@ -99,8 +100,14 @@ class StepMetricReader(MetricReader):
         health: Health | None = None,
         resource: Resource | None = None,
         warn_interval_s: float = 60.0,
+        produce_timeout_s: float | None = None,
     ) -> None:
         super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+        self._deadline = (
+            InfraDeadline[tuple[list[Metric], list[Metric], list[Metric]]](produce_timeout_s)
+            if produce_timeout_s is not None and producers
+            else None
+        )
         self._exporter = exporter
         self._producers = list(producers)
         self._health = health or Health()
@@ -112,6 +119,15 @@ class StepMetricReader(MetricReader):
         self._exporter_closed = False
         self.on_shutdown: Callable[[float], None] | None = None
         """Called with the time left (seconds) when the reader is shut down, before the trackers are closed."""
+
+    def abandon_infra(self) -> None:
+        """Stop waiting for the step being assembled's infrastructure readings (the step queue is full)."""
+        if self._deadline is not None:
+            self._deadline.abandon()
+
+    def wait_producers(self, deadline: float) -> bool:
+        """Wait (until ``deadline``, monotonic) for a production that overran its deadline; ``True`` when none runs."""
+        return self._deadline is None or self._deadline.wait_idle(deadline)
 
     @property
     def producers(self) -> list[MetricProducer]:
@@ -160,10 +176,14 @@ class StepMetricReader(MetricReader):
 
         With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped) and the
         window metric carries the attribute ``otel_bridge.infra_dropped``; the phases' durations are still recorded.
+        Readings that miss ``produce_timeout_s`` are left out the same way, with ``otel_bridge.infra_late``.
         """
         window_attributes: dict[str, bool] = {} if produce else {schema.INFRA_DROPPED_ATTRIBUTE: True}
         if window.interrupted:
             window_attributes[schema.INTERRUPTED_ATTRIBUTE] = True
+        produced = self._produce_in_time(window, phases) if produce else None
+        if produce and produced is None:
+            window_attributes[schema.INFRA_LATE_ATTRIBUTE] = True
         scopes = [
             ScopeMetrics(
                 scope=InstrumentationScope(schema.WINDOW_SCOPE),
@@ -176,9 +196,7 @@ class StepMetricReader(MetricReader):
             scopes.append(
                 ScopeMetrics(scope=InstrumentationScope(schema.TRAINER_SCOPE), metrics=metrics, schema_url="")
             )
-        infra, phase_metrics, health = (
-            self._produce_all(window, phases) if produce else ([], [], self._health_metrics(window))
-        )
+        infra, phase_metrics, health = produced or ([], [], self._health_metrics(window))
         phase_metrics = [*phase_durations(window.step, phases), *phase_metrics]
         if infra:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.INFRA_SCOPE), metrics=infra, schema_url=""))
@@ -190,6 +208,26 @@ class StepMetricReader(MetricReader):
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.HEALTH_SCOPE), metrics=health, schema_url=""))
         own = ResourceMetrics(resource=self._resource, scope_metrics=scopes, schema_url="")
         return MetricsData(resource_metrics=[own, *instruments])
+
+    def _produce_in_time(
+        self, window: StepWindow, phases: Sequence[Phase]
+    ) -> tuple[list[Metric], list[Metric], list[Metric]] | None:
+        """:meth:`_produce_all` within ``produce_timeout_s``; ``None`` (and the sources counted unavailable) if not."""
+        if self._deadline is None:
+            return self._produce_all(window, phases)
+        busy = self._deadline.busy
+        produced = self._deadline.run(lambda: self._produce_all(window, phases))
+        if produced is None:
+            self._health.set(INFRA_UNAVAILABLE, float(len(self._producers)))
+            self._warn.warning(
+                "infra-late",
+                "step %d: the infrastructure sources %s within delivery.produce_timeout_s (%ss); the record goes "
+                "out with the trainer's values and the infrastructure missing",
+                window.step,
+                "were still busy with an earlier step" if busy else "did not answer",
+                self._deadline.timeout_s,
+            )
+        return produced
 
     def _health_metrics(self, window: StepWindow) -> list[Metric]:
         return [gauge_metric(name, [(dict(labels), value)], window) for name, labels, value in self._health.snapshot()]

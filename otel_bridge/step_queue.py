@@ -1,9 +1,12 @@
 """The bounded queue between the training thread and the delivery worker, with its policy when full.
 
 When the worker falls behind (typically: slow Prometheus queries) and ``queue_size`` steps are waiting, ``put`` blocks
-for at most ``max_block_s``; if the queue is still full it drops the *infrastructure readings* of the oldest waiting
-step (that step's record is then assembled without querying producers, and says so in its notes) and enqueues the new
-step anyway. The trainer's own metrics are never dropped; each drop is counted in ``otel_bridge/dropped_infra_steps``.
+for at most ``max_block_s``; if the queue is still full it drops the *infrastructure readings* of every waiting step
+(their records are then assembled without querying producers, and say so in their notes), stops the wait for the
+step being assembled (``on_full``: its record goes out with the infrastructure missing), and waits up to another
+``max_block_s`` for the worker to make room, which takes it milliseconds. The trainer's own metrics are never dropped;
+each drop is counted in ``otel_bridge/dropped_infra_steps``. Only a worker that is stuck outside the producers (which
+have their own deadline) makes the queue exceed ``queue_size``, and that is logged as an error.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.sdk.metrics.export import ResourceMetrics
@@ -41,7 +44,16 @@ class StepJob:
 class StepQueue:
     """FIFO of :class:`StepJob` with the drop policy described in the module docstring."""
 
-    def __init__(self, queue_size: int, max_block_s: float, *, health: Health, warn: RateLimitedLogger) -> None:
+    def __init__(
+        self,
+        queue_size: int,
+        max_block_s: float,
+        *,
+        health: Health,
+        warn: RateLimitedLogger,
+        on_full: Callable[[], None] | None = None,
+    ) -> None:
+        self._on_full = on_full
         self._size = queue_size
         self._max_block_s = max_block_s
         self._health = health
@@ -60,11 +72,26 @@ class StepQueue:
         with self._cond:
             try:
                 deadline = time.monotonic() + self._max_block_s
+                dropped = False
                 while len(self._jobs) >= self._size and not self._closed:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        self._drop_oldest_infra(job.window.step)
+                    if remaining <= 0 and dropped:
+                        if self._max_block_s == 0:  # never block: the worker skips through the readings in ms
+                            break
+                        self._warn.error(
+                            "queue-over-bound",
+                            "the delivery worker made no room in %.1fs after the infrastructure readings were dropped "
+                            "(stuck?): step %d is queued beyond delivery.queue_size",
+                            2 * self._max_block_s,
+                            job.window.step,
+                        )
                         break
+                    if remaining <= 0:
+                        self._drop_waiting_infra(job.window.step)
+                        if self._on_full is not None:
+                            self._on_full()
+                        dropped, deadline = True, time.monotonic() + self._max_block_s
+                        continue
                     self._cond.wait(remaining)
             finally:
                 if not job.queued:
@@ -72,19 +99,19 @@ class StepQueue:
                     self._jobs.append(job)
                     self._cond.notify_all()
 
-    def _drop_oldest_infra(self, new_step: int) -> None:
-        victim = next((j for j in self._jobs if j.infra), None)
-        if victim is None:
-            return
-        victim.infra = False
-        self._health.count(DROPPED_INFRA)
+    def _drop_waiting_infra(self, new_step: int) -> None:
+        victims = [j for j in self._jobs if j.infra]
+        for victim in victims:
+            victim.infra = False
+            self._health.count(DROPPED_INFRA)
         self._warn.warning(
             "dropped-infra",
-            "delivery is %d steps behind at step %d: dropped the infrastructure readings of step %d "
-            "(its trainer metrics are kept); check Prometheus/endpoint latency or raise delivery.queue_size",
+            "delivery is %d steps behind at step %d: dropped the infrastructure readings of steps %s and of the "
+            "step being assembled (their trainer metrics are kept); check Prometheus/endpoint latency or raise "
+            "delivery.queue_size",
             len(self._jobs),
             new_step,
-            victim.window.step,
+            ranges([v.window.step for v in victims]) or "none",
         )
 
     def get(self) -> StepJob | None:
@@ -103,6 +130,12 @@ class StepQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def drop_infra(self) -> None:
+        """Assemble every waiting step without infrastructure readings (``close()`` running out of time)."""
+        with self._cond:
+            for job in self._jobs:
+                job.infra = False
 
     def drain_pending(self) -> list[int]:
         """Remove and return the steps still waiting (used when close() gives up)."""

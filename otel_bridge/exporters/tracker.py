@@ -49,6 +49,7 @@ from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import (
     HEALTH_SCOPE,
     INFRA_DROPPED_ATTRIBUTE,
+    INFRA_LATE_ATTRIBUTE,
     INFRA_SCOPE,
     INTERRUPTED_ATTRIBUTE,
     PHASE_ATTRIBUTE,
@@ -65,6 +66,10 @@ _CLOSE_GRACE_S = 0.2
 
 FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
 INFRA_DROPPED_NOTE = "infrastructure readings dropped: the delivery queue was full (see delivery.max_block_s)"
+INFRA_LATE_NOTE = (
+    "infrastructure readings missing: the sources did not answer within delivery.produce_timeout_s (or the step "
+    "queue was full); the trainer's values are complete"
+)
 INTERRUPTED_NOTE = (
     "interrupted: the step did not end normally (an exception or SIGTERM left its block, or close() ended it while "
     "open); its window ends there and it has what was logged until then"
@@ -152,7 +157,7 @@ class TrackerExporter(MetricExporter):
         step: int | None = None
         start: float | None = None
         end = 0.0
-        infra_dropped = interrupted = False
+        infra_dropped = interrupted = infra_late = False
         values: dict[str, float] = {}
         nonfinite = 0
         for scope_name, metric_name, point in _points(metrics_data):
@@ -161,6 +166,7 @@ class TrackerExporter(MetricExporter):
                     step = int(point.value)
                     infra_dropped = bool((point.attributes or {}).get(INFRA_DROPPED_ATTRIBUTE))
                     interrupted = bool((point.attributes or {}).get(INTERRUPTED_ATTRIBUTE))
+                    infra_late = bool((point.attributes or {}).get(INFRA_LATE_ATTRIBUTE))
                     start = point.start_time_unix_nano / 1e9 if point.start_time_unix_nano else None
                     end = point.time_unix_nano / 1e9
                 continue
@@ -175,6 +181,7 @@ class TrackerExporter(MetricExporter):
         notes = (
             ((FIRST_STEP_NOTE,) if start is None else ())
             + ((INFRA_DROPPED_NOTE,) if infra_dropped else ())
+            + ((INFRA_LATE_NOTE,) if infra_late else ())
             + ((INTERRUPTED_NOTE,) if interrupted else ())
         )
         return StepRecord(step=step, values=values, time=end, window_start=start, notes=notes)

@@ -4,6 +4,7 @@ bearer-token auth, and the forms of a secret that must never be echoed."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from typing import Literal
 
@@ -78,7 +79,8 @@ class BearerAuth(requests.auth.AuthBase):
 
 
 def secret_forms(bearer_token: str | None, basic_auth: tuple[str, str] | None) -> tuple[str, ...]:
-    """The strings that must never be echoed back (token, password, encoded basic-auth header)."""
+    """The strings that must never be echoed back (token, password, encoded basic-auth header), each also as a JSON
+    string would escape it (``\\/``, ``\\uXXXX``), longest first."""
     forms: list[str] = []
     if bearer_token:
         forms.append(bearer_token)
@@ -86,4 +88,6 @@ def secret_forms(bearer_token: str | None, basic_auth: tuple[str, str] | None) -
         if basic_auth[1]:
             forms.append(basic_auth[1])
         forms.append(base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode())
-    return tuple(forms)
+    escaped = [v for f in forms for v in (json.dumps(f)[1:-1], json.dumps(f, ensure_ascii=False)[1:-1])]
+    variants = {*forms, *escaped, *(v.replace("/", "\\/") for v in [*forms, *escaped])}
+    return tuple(sorted(variants, key=len, reverse=True))

@@ -267,7 +267,16 @@ class Transport:
             with response:
                 body = self._read_body(response, url, timeout, deadline)
                 deadline.finish()
-        return Answer(status=response.status_code, headers=response.headers, body=body)
+        return Answer(status=response.status_code, headers=response.headers, body=self._scrub_body(body))
+
+    def _scrub_body(self, body: bytes) -> bytes:
+        """``body`` with every credential form masked: a server that echoes the Authorization header (an error, a
+        warning, a sample or label value, a string result) cannot carry it into any message, log or record."""
+        for secret in self._secrets:
+            encoded = secret.encode("utf-8", errors="surrogatepass")
+            if encoded in body:
+                body = body.replace(encoded, b"***")
+        return body
 
     def _read_body(self, response: requests.Response, url: str, timeout: float, deadline: AttemptDeadline) -> bytes:
         """Read the body, stopping as soon as it exceeds ``max_response_bytes``."""

@@ -54,13 +54,17 @@ def check_expressions(
     *,
     pad_s: float,
 ) -> None:
-    """Evaluate one window's union once; when Prometheus rejects it, each query alone, to name the one it rejects."""
+    """Evaluate one window's union once; when Prometheus rejects it as ``bad_data``, each query alone, to name the one
+    it rejects (a :class:`ConfigError`). Any other API error (401, ``execution``, ``unavailable``...) is raised as it
+    is: a server problem, which ``startup: degrade`` rides out."""
     expression = WindowPlan(queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0).expression
     if expression is None:
         return
     try:
         client.query(expression, time=window.end)
     except PrometheusAPIError as exc:
+        if exc.error_type != "bad_data":  # a 401, an overloaded or failing server: not the config's fault
+            raise
         for query in queries:
             if query.promql is not None:  # as written, so Prometheus' line:column points into it
                 alone: str | None = query.promql.replace(WINDOW_PLACEHOLDER, f"{promql.duration(pad_s):<7}")
@@ -72,6 +76,8 @@ def check_expressions(
                 if alone is not None:
                     client.query(alone, time=window.end)
             except PrometheusAPIError as own:
+                if own.error_type != "bad_data":
+                    raise
                 raise ConfigError(_rejection(query, own)) from None
         raise ConfigError(
             f"Prometheus rejects the configured metrics together ({_api_error(exc)}); check the promql/name/labels "

@@ -93,6 +93,13 @@ def decode_envelope(
         )
     try:
         envelope = json.loads(body)
+    except RecursionError:
+        raise PrometheusResponseError(
+            f"Prometheus at {url} answered with JSON nested too deeply to read ({described}); is prometheus.url "
+            "pointing at Prometheus' HTTP API (and not at a proxy or another service)?",
+            url=url,
+            status_code=status,
+        ) from None
     except ValueError as exc:
         looks_cut = body.lstrip()[:1] in (b"{", b"[")
         what = "JSON that ends early (truncated)" if looks_cut else "a body that is not JSON"
@@ -234,4 +241,8 @@ def _parse_sample(raw: Any, url: str, result_type: str) -> tuple[float, float]:
                 url=url,
             ) from None
         raise shape_error(url, f"a {result_type} sample value {raw[1]!r:.40} is not a number") from None
-    return float(raw[0]), value
+    try:
+        timestamp = float(raw[0])
+    except OverflowError:  # an int of hundreds of digits
+        raise shape_error(url, f"a {result_type} sample timestamp is out of range: {str(raw[0])[:40]}...") from None
+    return timestamp, value

@@ -89,6 +89,14 @@ class PrometheusConfig(_Model):
     backoff_s: float = Field(0.5, ge=0, description="Exponential backoff base between retries.")
     max_response_bytes: int = Field(50_000_000, gt=0, description="Cap on one response body.")
     max_series: int = Field(100_000, gt=0, description="Cap on the number of series in one query result.")
+    max_samples: int = Field(
+        1_000_000,
+        gt=0,
+        description=(
+            "Cap on the samples in one query result (every [time, value] pair of a matrix), checked before the "
+            "answer is decoded: 6 million samples fit in 50 MB and take 1.5 GB once decoded."
+        ),
+    )
     post_threshold_bytes: int = Field(2048, gt=0, description="Queries longer than this are sent as POST forms.")
     scrape_interval_s: float = Field(
         15.0,

@@ -193,6 +193,19 @@ class PrometheusClient:
                 answer = self._transport.get(f"{url}?{encoded}" if encoded else url, timeout_s=timeout_s)
         except TransportError as exc:
             raise self._failure(exc, url, expr) from exc
+        # Every sample is one '[' (besides a matrix series' "values" list and the result list): the samples, counted
+        # before the JSON is decoded into objects ~30x its size ('[' inside label values can only add to the count).
+        body = answer.body
+        samples = body.count(b"[") - body.count(b'"values"') - 1 if 200 <= answer.status < 300 else 0
+        if samples > self._config.max_samples:
+            query = f"; query: {truncate(expr, QUERY_IN_MESSAGE)}" if expr is not None else ""
+            raise ResponseTooLargeError(
+                f"Prometheus at {url} returned about {samples} samples, more than prometheus.max_samples="
+                f"{self._config.max_samples}; narrow the query (labels, by, a shorter range) or raise "
+                f"prometheus.max_samples{query}",
+                url=url,
+                limit_bytes=self._config.max_response_bytes,
+            )
         return decode_envelope(answer, url, expr, self._transport.scrub)
 
     def _failure(self, exc: TransportError, url: str, expr: str | None) -> PrometheusError:

@@ -84,6 +84,7 @@ class BackendWorker:
         self._delivered = 0
         self._failed: list[int] = []
         self._close_error = ""
+        self._verify_problems: tuple[str, ...] = ()
         self._abandoned: tuple[int, ...] = ()
         self._thread = threading.Thread(
             target=suppressing(self._run), name=f"otel-bridge-backend-{self.name}", daemon=True
@@ -197,6 +198,9 @@ class BackendWorker:
     def _close(self) -> None:
         try:
             self.backend.close()
+            verify = getattr(self.backend, "verify", None)
+            if callable(verify):  # a backend that can check after the fact what its storage really holds
+                self._verify_problems = tuple(str(p) for p in verify())
         except BaseException as exc:  # noqa: BLE001 - one backend failing to close must not stop the others
             self._close_error = f"close() failed: {type(exc).__name__}: {exc}"
 
@@ -207,7 +211,7 @@ class BackendWorker:
         closer.join(max(0.0, deadline - time.monotonic()))
         if closer.is_alive():
             return ("close() still running at close's deadline; abandoned",)
-        return (self._close_error,) if self._close_error else ()
+        return ((self._close_error,) if self._close_error else ()) + self._verify_problems
 
     @property
     def stopped(self) -> bool:

@@ -29,4 +29,9 @@ class Backend(Protocol):
         """Push everything written so far to the tracker's storage."""
 
     def close(self) -> None:
-        """Flush and release the tracker's resources. Closing twice is allowed."""
+        """Flush and release the tracker's resources. Closing twice is allowed.
+
+        A backend may also define ``verify() -> Sequence[str]``, called after ``close()``: what its storage does not
+        hold of what was written (the JSONL backend re-reads its file); each problem makes the delivery report
+        incomplete.
+        """

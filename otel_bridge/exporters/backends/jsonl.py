@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,12 @@ class JsonlBackend:
         self.name = "jsonl"
         self.path = path
         self._fd: int | None = None
+        self._written: list[int] = []  # the steps written by this backend, checked again by verify()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             needs_newline = self._ends_without_newline(path)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._start = os.fstat(self._fd).st_size
             if needs_newline:
                 _logger.warning("jsonl: %s ends with a partial line (an earlier crash?); appending after it", path)
                 self._append(b"\n")
@@ -105,6 +108,34 @@ class JsonlBackend:
             self._append((line + "\n").encode("utf-8"))
         except OSError as err:
             raise BackendError(f"jsonl: cannot write step {record.step} to {self.path}: {err}") from err
+        self._written.append(record.step)
+
+    def verify(self) -> list[str]:
+        """Re-read the file: the steps written that it no longer holds, and lines that are not JSON (after close).
+
+        Only a regular file is read back (not ``/dev/full`` or a pipe), line by line from where this run began.
+        """
+        found: set[int] = set()
+        broken = 0
+        try:
+            if not stat.S_ISREG(self.path.stat().st_mode):
+                return []
+            with self.path.open("rb") as file:
+                file.seek(min(self._start, self.path.stat().st_size))
+                for line in file:
+                    try:
+                        found.add(int(json.loads(line)["step"]))
+                    except (ValueError, KeyError, TypeError):
+                        broken += 1
+        except OSError as err:
+            return [f"{self.path} cannot be read back: {err}"]
+        problems = []
+        if missing := sorted(set(self._written) - found):
+            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+            problems.append(f"{self.path} does not hold {len(missing)} step(s) written to it (truncated?): {shown}")
+        if broken:
+            problems.append(f"{self.path} has {broken} line(s) that are not JSON records")
+        return problems
 
     def flush(self) -> None:
         """Nothing is buffered: every record reaches the operating system in :meth:`write`."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from otel_bridge.errors import ConfigError
+from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusResponseError
 from otel_bridge.producers.promql_plan import TARGET_LABELS, Target
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,12 +24,28 @@ class Schedule:
 
 
 def serving_targets(client: PrometheusClient, names: Sequence[str]) -> list[dict[str, object]]:
-    """Prometheus' active targets (``/api/v1/targets``) that have a series named in ``names``."""
+    """Prometheus' active targets (``/api/v1/targets``) that have a series named in ``names``.
+
+    A compatible store without that API (Thanos, Mimir, ...: its series arrive by remote write) has no targets to
+    list: then none, logged once, and the configured ``prometheus.scrape_interval_s`` stands.
+    """
     if not names:
         return []
     expr = f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
     serving = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in client.query(expr).series}
-    return [t for t in client.targets() if target_key(t) in serving]
+    if not serving:
+        return []
+    try:
+        targets = client.targets()
+    except (PrometheusAPIError, PrometheusResponseError) as exc:
+        _log.info(
+            "%s lists no scrape targets (%s): the scrape interval is prometheus.scrape_interval_s and the bridge "
+            "does not scrape boundaries itself",
+            client.url,
+            exc,
+        )
+        return []
+    return [t for t in targets if target_key(t) in serving]
 
 
 def schedule_of(targets: Sequence[dict[str, object]], default_interval_s: float) -> Schedule:

@@ -14,7 +14,7 @@ class RateLimitedLogger:
     def __init__(
         self, logger: logging.Logger, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._logger = logger
+        self._log = logger
         self._interval_s = interval_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -39,7 +39,7 @@ class RateLimitedLogger:
                 message = message.replace("%", "%%")
             message += " (repeated %d more times since last logged)"
             args = (*args, suppressed)
-        self._logger.log(level, message, *args, exc_info=exc_info)
+        self._log.log(level, message, *args, exc_info=exc_info)
         return True
 
     def warning(self, key: str, message: str, *args: object) -> bool:

@@ -34,7 +34,7 @@ from typing import Final
 
 from otel_bridge.errors import ConfigError
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 MAX_KEY_LENGTH: Final = 250
 """The longest key any backend accepts (MLflow's limit)."""
@@ -171,7 +171,7 @@ class KeyRegistry:
             owner = self._owners.get(key)
             if owner is not None and owner != source:
                 key = self._disambiguate(source, sanitized)
-                _logger.warning(
+                _log.warning(
                     "tracker key %r: %r and %r both map to it; %r is logged as %r. "
                     "Give one of them an alias to choose its key yourself.",
                     sanitized,

@@ -15,7 +15,7 @@ from otel_bridge.errors import BackendError
 from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 RECORD_FIELDS = ("step", "time", "window_start")
 NOTES_FIELD = "_notes"
@@ -70,7 +70,7 @@ class JsonlBackend:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._start = os.fstat(self._fd).st_size
             if needs_newline:
-                _logger.warning("jsonl: %s ends with a partial line (an earlier crash?); appending after it", path)
+                _log.warning("jsonl: %s ends with a partial line (an earlier crash?); appending after it", path)
                 self._append(b"\n")
         except OSError as err:
             raise BackendError(f"jsonl: cannot open {path} for appending: {err}; choose a writable path") from err
@@ -96,7 +96,7 @@ class JsonlBackend:
                 if os.fstat(self._fd).st_size != before:  # part of it was written (not on a device like /dev/full)
                     os.ftruncate(self._fd, before)
             except OSError as undo:
-                _logger.error("jsonl: cannot cut %s back to %d bytes after a failed write: %s", self.path, before, undo)
+                _log.error("jsonl: cannot cut %s back to %d bytes after a failed write: %s", self.path, before, undo)
             raise
 
     def write(self, record: StepRecord) -> None:

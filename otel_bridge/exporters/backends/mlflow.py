@@ -22,7 +22,7 @@ from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.record import StepRecord
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 MAX_METRICS_PER_BATCH: Final = 1000
 """MLflow's limit on the metrics of one ``log_batch`` request."""
@@ -173,11 +173,11 @@ def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBa
                 f"tracking_uri is {tracking_uri}; remove tracking_uri to log into the active run, or set run_id"
             )
         run_id = active.info.run_id
-        _logger.info("mlflow: logging into the active run %s on %s", run_id, current_uri)
+        _log.info("mlflow: logging into the active run %s on %s", run_id, current_uri)
         tracking_uri = current_uri
     if run_id is not None:
         if ignored:
-            _logger.warning(
+            _log.warning(
                 "mlflow: logging into the existing run %s; the option(s) %s describe a run the bridge creates and "
                 "are ignored",
                 run_id,
@@ -205,5 +205,5 @@ def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBa
             f"mlflow: cannot create a run in experiment {experiment_name!r} at {client.tracking_uri}: {err}; "
             "check tracking_uri and experiment"
         ) from err
-    _logger.info("mlflow: created run %s in experiment %r at %s", run.info.run_id, experiment_name, client.tracking_uri)
+    _log.info("mlflow: created run %s in experiment %r at %s", run.info.run_id, experiment_name, client.tracking_uri)
     return backend(client, run.info.run_id, owns_run=True)

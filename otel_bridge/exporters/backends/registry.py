@@ -18,7 +18,7 @@ from typing import Any, Final
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.base import Backend
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP: Final = "otel_bridge.backends"
 """The entry-point group in which installed packages declare extra tracker kinds."""
@@ -114,7 +114,7 @@ def _create_plugin_backend(
             f"tracker {kind!r}: {origin} returned {type(backend).__name__}, which is not a Backend "
             "(it needs a 'name' attribute and write(record), flush() and close() methods)"
         )
-    _logger.debug("tracker %r created by %s", kind, origin)
+    _log.debug("tracker %r created by %s", kind, origin)
     return backend
 
 

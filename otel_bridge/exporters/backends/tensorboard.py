@@ -16,7 +16,7 @@ from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 FLOAT32_MAX = 3.4028234663852886e38
 """TensorBoard stores scalars as 32-bit floats; larger magnitudes would read back as infinity."""
@@ -61,7 +61,7 @@ class TensorBoardBackend:
             if abs(value) > FLOAT32_MAX:
                 if key not in self._out_of_range_keys:
                     self._out_of_range_keys.add(key)
-                    _logger.warning(
+                    _log.warning(
                         "tensorboard: metric %r = %r exceeds the 32-bit float range TensorBoard stores; "
                         "not written (this warning is shown once per key)",
                         key,

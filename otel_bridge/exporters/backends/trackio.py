@@ -31,7 +31,7 @@ from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.record import StepRecord
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 DEFAULT_PROJECT: Final = "otel-bridge"
 RESERVED_KEYS: Final = frozenset({"project", "run", "timestamp", "step", "time", "metrics"})
@@ -115,13 +115,13 @@ def create_trackio_backend(options: Mapping[str, Any], run_dir: Path) -> Trackio
     if active is not None:
         ignored = [option for option in TrackioOptions.model_fields if options.get(option) is not None]
         if ignored:
-            _logger.warning(
+            _log.warning(
                 "trackio: attaching to the current run %r; the option(s) %s describe a run the bridge creates "
                 "and are ignored",
                 active.name,
                 ", ".join(ignored),
             )
-        _logger.info("trackio: attached to the current run %r of project %r", active.name, active.project)
+        _log.info("trackio: attached to the current run %r of project %r", active.name, active.project)
         return TrackioBackend(active, owns_run=False)
     try:
         run = trackio.init(
@@ -141,5 +141,5 @@ def create_trackio_backend(options: Mapping[str, Any], run_dir: Path) -> Trackio
         # trackio.init makes its run the calling thread's current run; the bridge's run stays the bridge's:
         # the trainer's own trackio.log() must not land in it, nor a later bridge attach to it once finished.
         context_vars.current_run.set(None)
-    _logger.info("trackio: created run %r in project %r", run.name, project)
+    _log.info("trackio: created run %r in project %r", run.name, project)
     return TrackioBackend(run, owns_run=True)

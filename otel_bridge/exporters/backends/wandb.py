@@ -45,7 +45,7 @@ from otel_bridge.exporters.backends.options import (
 )
 from otel_bridge.exporters.record import StepRecord
 
-_logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 STEP_KEY: Final = "otel_bridge/step"
 """The value that carries a record's training step; every key the bridge writes is plotted against it."""
@@ -201,7 +201,7 @@ class WandbBackend:
         if self._warned_waiting or len(self._waiting) < WAITING_WARN_THRESHOLD:
             return
         self._warned_waiting = True
-        _logger.warning(
+        _log.warning(
             "wandb: %d records (steps %d..%d) are waiting because run %s has stayed at step %d; in steps: follow "
             "mode every record needs a new wandb row, which only the trainer's own wandb.log creates. If the "
             "trainer does not log to this run itself, set the wandb tracker option steps: own",
@@ -239,7 +239,7 @@ class WandbBackend:
         if not self._waiting:
             return
         first, last = self._waiting[0].step, self._waiting[-1].step
-        _logger.info(
+        _log.info(
             "wandb: writing %d records (steps %d..%d) in rows of their own after run %s's current step %d: "
             "the trainer did not log new rows for them before the bridge closed",
             len(self._waiting),
@@ -295,13 +295,13 @@ def create_wandb_backend(options: Mapping[str, Any], run_dir: Path) -> WandbBack
     if active is not None:
         ignored = [option for option in _CREATE_ONLY_OPTIONS if options.get(option) is not None]
         if ignored:
-            _logger.warning(
+            _log.warning(
                 "wandb: attaching to the active run %s; the option(s) %s describe a run the bridge creates and "
                 "are ignored (remove them, or start the bridge before wandb.init to let it create the run)",
                 active.id,
                 ", ".join(ignored),
             )
-        _logger.info("wandb: attached to the active run %s (steps: %s)", active.id, steps or "follow")
+        _log.info("wandb: attached to the active run %s (steps: %s)", active.id, steps or "follow")
         return WandbBackend(active, owns_run=False, steps=_steps(steps, "follow"), wandb_error=wandb_error)
 
     try:
@@ -324,7 +324,7 @@ def create_wandb_backend(options: Mapping[str, Any], run_dir: Path) -> WandbBack
             f"wandb: cannot start a run (project {project!r}, mode {mode or 'from $WANDB_MODE'}): {err}; "
             "check the wandb tracker options, or set WANDB_MODE=offline to log without a server"
         ) from err
-    _logger.info("wandb: created run %s in %s (steps: %s)", run.id, directory, steps or "own")
+    _log.info("wandb: created run %s in %s (steps: %s)", run.id, directory, steps or "own")
     try:
         return WandbBackend(run, owns_run=True, steps=_steps(steps, "own"), wandb_error=wandb_error)
     except BackendError:

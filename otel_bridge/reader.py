@@ -125,10 +125,6 @@ class StepMetricReader(MetricReader):
         if self._deadline is not None:
             self._deadline.abandon()
 
-    def wait_producers(self, deadline: float) -> bool:
-        """Wait (until ``deadline``, monotonic) for a production that overran its deadline; ``True`` when none runs."""
-        return self._deadline is None or self._deadline.wait_idle(deadline)
-
     @property
     def producers(self) -> list[MetricProducer]:
         """The registered producers."""

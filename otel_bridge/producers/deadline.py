@@ -10,7 +10,6 @@ source holds at most one thread and never the worker.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -61,10 +60,3 @@ class InfraDeadline(Generic[T]):
         with self._lock:
             if self._wake is not None:
                 self._wake.set()
-
-    def wait_idle(self, deadline: float) -> bool:
-        """Wait until no production is running or ``deadline`` (monotonic) passed; ``True`` when idle."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return not self.busy

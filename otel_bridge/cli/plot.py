@@ -119,8 +119,26 @@ def select_series(records: Sequence[dict[str, Any]], patterns: Sequence[str] | N
     return out
 
 
+PHASES_GROUP = "phases"
+
+
+def phase_of(key: str) -> tuple[str | None, str]:
+    """``("gen", "rollout/vllm/x/delta")`` for a phase's key ``phase/gen/rollout/vllm/x/delta``; ``(None, key)``."""
+    parts = key.split("/", 2)
+    if len(parts) == 3 and parts[0] == "phase":
+        return parts[1], parts[2]
+    return None, key
+
+
 def group_of(key: str) -> str:
-    """The panel a key belongs to: its prefix before the last ``/`` (the key itself when it has none)."""
+    """The panel a key belongs to: its prefix before the last ``/`` (the key itself when it has none).
+
+    A phase's statistic joins the step's panel of the same key (``phase/gen/rollout/vllm/x/delta`` beside
+    ``rollout/vllm/x/delta``); the phases' durations (``phase/<name>/seconds``) share one panel.
+    """
+    phase, rest = phase_of(key)
+    if phase is not None:
+        return PHASES_GROUP if rest == "seconds" else group_of(rest)
     return key.rsplit("/", 1)[0] if "/" in key else key
 
 
@@ -160,6 +178,9 @@ def unit_of(key: str, *, histogram: bool = False) -> str | None:
     """The unit of a key's values, from its name: ``.../x_seconds/p99`` -> s, ``.../x_tokens_total/delta`` -> tokens
     per step, ``/rate`` -> tokens/s (per s), ``_perc`` -> fraction; in a ``histogram`` group, ``count`` ->
     observations per step and ``sum`` -> s summed per step. ``None`` when the name states none (``actor/loss``)."""
+    phase, rest = phase_of(key)
+    if phase is not None:
+        return "s" if rest == "seconds" else unit_of(rest, histogram=histogram)
     stat, metric = _stat_and_metric(key)
     base = _base_unit(metric)
     if stat == "rate":
@@ -319,7 +340,10 @@ def _draw_panel(ax: Any, panel: Panel, panel_width: int, *, lowest: bool) -> tup
 
 
 def _label(key: str, panel: Panel) -> str:
-    """A line's legend label: the key's part after the panel's group."""
+    """A line's legend label: the key's part after the panel's group, with its phase (``delta [gen]``)."""
+    phase, rest = phase_of(key)
+    if phase is not None:
+        return phase if panel.group == PHASES_GROUP else f"{_label(rest, panel)} [{phase}]"
     return key[len(panel.group) + 1 :] if key.startswith(panel.group + "/") else key
 
 

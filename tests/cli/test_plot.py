@@ -43,7 +43,7 @@ def values_of(run: Path, key: str) -> list[float]:
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 6-step demo run (simulated vLLM servers, JSONL + TensorBoard)."""
     out = tmp_path_factory.mktemp("demo")
-    done = run_cli(["demo", "--steps", "6", "--step-seconds", "0.3", "--out", str(out), "--run-name", "d"], cwd=out)
+    done = run_cli(["demo", "--steps", "6", "--step-seconds", "0.6", "--out", str(out), "--run-name", "d"], cwd=out)
     assert done.returncode == 0, done.stderr
     assert "steps [" in done.stdout
     assert "6/6" in done.stdout
@@ -132,7 +132,7 @@ def test_a_histogram_count_has_its_own_axis_and_does_not_flatten_the_latencies(d
 
 
 def test_legends_are_outside_every_data_area_and_inside_the_image(demo_run: Path, tmp_path: Path) -> None:
-    for width, height in ((1200, 800), (800, 500)):
+    for width, height in ((1400, 900), (1000, 700)):
         png = tmp_path / f"all-{width}.png"
         done = run_cli(
             ["plot", str(demo_run), "-o", str(png), "--width", str(width), "--height", str(height)], cwd=tmp_path
@@ -189,6 +189,24 @@ def test_a_group_with_more_than_two_units_continues_in_another_panel(tmp_path: P
     assert second["title"] == "trainer/update_seconds/sum"
     assert [(a["unit"], a["keys"]) for a in second["axes"]] == [("s summed per step", ["trainer/update_seconds/sum"])]
     assert json.loads(read_png(png)[1]["otel_bridge:groups"]) == ["trainer/update_seconds"]
+
+
+def test_phases_are_drawn_beside_their_step_and_their_durations_together(demo_run: Path, tmp_path: Path) -> None:
+    """The demo's steps have a ``gen`` and an ``update`` phase: a phase's statistic joins the step's panel of the same
+    key, labelled with the phase; the phases' durations share one panel in seconds."""
+    png = tmp_path / "phases.png"
+    key = "rollout/vllm/generation_tokens_total/delta"
+    done = run_cli(["plot", str(demo_run), "--keys", key, f"phase/*/{key}", "phase/*/seconds", "-o", str(png)],
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    panels = {panel["group"]: panel for panel in layout_of(png)}
+    assert sorted(panels) == ["phases", "rollout/vllm/generation_tokens_total"]
+    tokens = panels["rollout/vllm/generation_tokens_total"]
+    assert [a["keys"] for a in tokens["axes"]] == [[f"phase/gen/{key}", f"phase/update/{key}", key]]
+    assert sorted(tokens["legend"]["labels"]) == ["delta", "delta [gen]", "delta [update]"]
+    durations = panels["phases"]
+    assert [(a["unit"], a["keys"]) for a in durations["axes"]] == [("s", ["phase/gen/seconds", "phase/update/seconds"])]
+    assert sorted(durations["legend"]["labels"]) == ["gen", "update"]
 
 
 def test_too_many_panels_for_the_size_say_so_in_one_line(demo_run: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics.export import Metric
@@ -48,11 +48,13 @@ def _credentials_host(url: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One scrape round: per target (``host:port``), the wanted families (``None`` where the scrape failed)."""
+    """One scrape round: per target (``host:port``), the wanted families (``None`` where the scrape failed), and when
+    each answer arrived (a boundary scrape stamped ``t`` reaches a busy sampler's targets later)."""
 
     t: float
     boundary: bool
     families: dict[str, Families | None]
+    answered: dict[str, float] = field(default_factory=dict)
 
 
 class ScrapeProducer:
@@ -218,9 +220,14 @@ class ScrapeProducer:
         with self._targets_lock:
             endpoints = list(self._endpoints)
             instances = dict(self._instances)
-        results = list(self._pool.map(lambda e: self._scrape_one(e, instances[e.url]), endpoints))
-        families = {instances[e.url]: r for e, r in zip(endpoints, results, strict=True)}
-        return Snapshot(t=t, boundary=boundary, families=families)
+        results = list(self._pool.map(lambda e: self._timed_scrape(e, instances[e.url]), endpoints))
+        families = {instances[e.url]: r[0] for e, r in zip(endpoints, results, strict=True)}
+        answered = {instances[e.url]: r[1] for e, r in zip(endpoints, results, strict=True)}
+        return Snapshot(t=t, boundary=boundary, families=families, answered=answered)
+
+    def _timed_scrape(self, endpoint: MetricsEndpoint, instance: str) -> tuple[Families | None, float]:
+        families = self._scrape_one(endpoint, instance)
+        return families, time.time()
 
     def _scrape_one(self, endpoint: MetricsEndpoint, instance: str) -> Families | None:
         try:
@@ -374,8 +381,9 @@ class ScrapeProducer:
 def _boundary_lag(snapshots: Sequence[Snapshot], window: StepWindow) -> float:
     """The largest distance between a boundary of ``window`` and the scrape that stands for it, over every target.
 
-    0 when every target answered both boundary scrapes; a target whose boundary scrape failed is represented by its
-    latest earlier scrape.
+    For a target that answered the boundary scrape: how long after the boundary its answer arrived (a few ms; more
+    when the sampler runs behind, e.g. on a loaded machine with short steps or phases). A target whose boundary
+    scrape failed is represented by its latest earlier scrape: how long before the boundary that was.
     """
     lag = 0.0
     for boundary in (window.start, window.end):
@@ -386,6 +394,7 @@ def _boundary_lag(snapshots: Sequence[Snapshot], window: StepWindow) -> float:
             continue
         for instance, families in at.families.items():
             if families is not None:
+                lag = max(lag, at.answered.get(instance, boundary) - boundary)
                 continue
             earlier = [s.t for s in snapshots if s.t <= boundary and s.families.get(instance) is not None]
             if earlier:

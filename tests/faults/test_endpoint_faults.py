@@ -208,3 +208,24 @@ def test_a_malformed_redirect_does_not_stop_the_sampler(tmp_path: Path, replicas
     received = collecting.by_step()
     assert {s: received[s][DELTA] for s in range(4)} == loop.expected
     assert errors >= 8  # every boundary scrape of the redirecting target failed, and was counted
+
+
+def test_a_late_boundary_scrape_is_reported_as_the_boundary_lag(tmp_path: Path, replicas: list[Replica]) -> None:
+    """A target that takes 0.4 s to answer is read 0.4 s after the boundary: what it counted in between is in the
+    step that ended, and the record says by how much (``otel_bridge/boundary_lag_s``), as the PromQL path does."""
+    a = replicas[0]
+
+    def slow(_request: RecordedRequest) -> Response:
+        body = a.sim.exposition()
+        return Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"}, delay_s=0.4)
+
+    collecting = CollectingBackend()
+    with ScriptedHTTPServer(slow) as server:
+        config = scrape_config(tmp_path, "late", {"targets": [f"{server.url}/metrics"]})
+        with Bridge.from_config(config, backends=[collecting]) as bridge:
+            for step in range(2):
+                with bridge.step(step):
+                    bridge.log({"actor/loss": float(step)}, step=step)
+                bridge.collect(step)
+    lags = [values["otel_bridge/boundary_lag_s"] for _, values in sorted(collecting.by_step().items())]
+    assert all(0.4 <= lag < 2.0 for lag in lags), lags

@@ -9,10 +9,12 @@ Each backend gets a :class:`BackendWorker` with a FIFO of records. A failed writ
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from otel_bridge.exporters.backends.base import Backend
@@ -23,6 +25,7 @@ from otel_bridge.suppression import suppressing
 
 _log = logging.getLogger(__name__)
 _MAX_BACKOFF_S = 30.0
+_FINISH_GRACE_S = 0.2  # after the deadline, for a finisher that was about to report
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,11 @@ class BackendWorker:
             return ("close() still running at close's deadline; abandoned",)
         return ((self._close_error,) if self._close_error else ()) + self._verify_problems
 
+    def finish(self, deadline: float) -> DeliveryStatus:
+        """Drain, stop and close the backend by ``deadline``; what was delivered and what was abandoned."""
+        status = self.stop(deadline)
+        return dataclasses.replace(status, problems=status.problems + self.closed(self.start_close(), deadline))
+
     @property
     def stopped(self) -> bool:
         """The worker thread has ended (so the backend may be closed from another thread)."""
@@ -221,4 +229,32 @@ class BackendWorker:
     def status(self) -> DeliveryStatus:
         """Counts so far."""
         with self._cond:
-            return DeliveryStatus(self.name, self._delivered, tuple(self._failed), tuple(r.step for r in self._queue))
+            pending = self._abandoned if self._stopping else tuple(r.step for r in self._queue)
+            return DeliveryStatus(self.name, self._delivered, tuple(self._failed), pending)
+
+
+def finish_all(workers: Sequence[BackendWorker], deadline: float) -> list[DeliveryStatus]:
+    """:meth:`BackendWorker.finish` every worker in parallel, so a hanging backend delays no other; returns by
+    ``deadline`` plus a short grace (a finisher still running then is reported as abandoned)."""
+    results: dict[int, DeliveryStatus] = {}
+
+    def finish(index: int, worker: BackendWorker) -> None:
+        results[index] = worker.finish(deadline)
+
+    finishers = [
+        threading.Thread(target=suppressing(finish), args=(i, w), name=f"otel-bridge-finish-{w.name}", daemon=True)
+        for i, w in enumerate(workers)
+    ]
+    for finisher in finishers:
+        finisher.start()
+    for finisher in finishers:
+        finisher.join(max(0.0, deadline + _FINISH_GRACE_S - time.monotonic()))
+    report = []
+    for index, worker in enumerate(workers):
+        if index in results:
+            report.append(results[index])
+        else:
+            worker.abandon()
+            status = worker.status()
+            report.append(dataclasses.replace(status, problems=("still busy at close's deadline; abandoned",)))
+    return report

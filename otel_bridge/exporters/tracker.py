@@ -20,7 +20,6 @@ receive every record.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -41,7 +40,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_bridge.exporters.backends.base import Backend
-from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus
+from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus, finish_all
 from otel_bridge.exporters.naming import KeyRegistry, infra_key, instrument_key, phase_key, sanitize_key, trainer_key
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
@@ -62,7 +61,6 @@ from otel_bridge.schema import (
 )
 
 _log = logging.getLogger(__name__)
-_CLOSE_GRACE_S = 0.2
 
 FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
 INFRA_DROPPED_NOTE = "infrastructure readings dropped: the delivery queue was full (see delivery.max_block_s)"
@@ -239,20 +237,7 @@ class TrackerExporter(MetricExporter):
             if self._closed:
                 return
             self._closed = True
-        deadline = time.monotonic() + timeout_millis / 1000
-        for worker in self._workers:
-            worker.drain(deadline)
-        # A hanging backend may have used the whole deadline: the others still get a short grace to stop their idle
-        # threads and close, in parallel, so one hanging close() delays no other and close() overruns by 0.2 s at most.
-        deadline = max(deadline, time.monotonic() + _CLOSE_GRACE_S)
-        for worker in self._workers:
-            worker.abandon()
-        stopped = [w.stop(deadline) for w in self._workers]
-        closers = [w.start_close() for w in self._workers]
-        report = [
-            dataclasses.replace(status, problems=status.problems + worker.closed(closer, deadline))
-            for worker, status, closer in zip(self._workers, stopped, closers, strict=True)
-        ]
+        report = finish_all(self._workers, time.monotonic() + timeout_millis / 1000)
         self._report = report
         for status in report:
             if status.failed_steps or status.pending_steps:

@@ -46,6 +46,7 @@ from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
 from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource, check_meter_provider
 from otel_bridge.phases import PhaseLog
+from otel_bridge.producers.deadline import InfraDeadline, start_sources
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
 from otel_bridge.records import RecordStore
@@ -96,10 +97,13 @@ class Bridge(PhaseMarks):
                 with instrumentation_suppressed():  # start-up queries and scrapes are the bridge's own I/O too
                     built = build_producers(config, self.health, rollout_servers)
                 self._producers, self._watchers = built.producers, built.watchers
-            with instrumentation_suppressed():
-                for producer in self._producers:
-                    if isinstance(producer, ProducerLifecycle):
-                        producer.start()
+            self._infra = InfraDeadline(delivery.produce_timeout_s)
+            degrade = config.startup == "degrade"  # start-up checks then get at most the sources' timeout_s
+            start_sources(
+                self._infra,
+                [p.start for p in self._producers if isinstance(p, ProducerLifecycle)],
+                _startup_timeout(config) if degrade else None,
+            )
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
             prefix = config.naming.infra_prefix
@@ -123,7 +127,7 @@ class Bridge(PhaseMarks):
                 health=self.health,
                 resource=resource,
                 warn_interval_s=config.delivery.warn_interval_s,
-                produce_timeout_s=delivery.produce_timeout_s,
+                infra_deadline=self._infra if self._producers else None,
             )
             self._provider = attach_readers([self.reader, *self._extra.readers], resource, self.health, meter_provider)
             self.meter_provider = self._provider.provider
@@ -434,3 +438,8 @@ class Bridge(PhaseMarks):
 
     def __repr__(self) -> str:
         return f"Bridge(run_dir={str(self.run_dir)!r}, trackers={self.backend_names}, closed={self._closed})"
+
+
+def _startup_timeout(config: BridgeConfig) -> float:
+    """The infrastructure source's ``timeout_s``: the longest a ``startup: degrade`` start waits for its checks."""
+    return config.prometheus.timeout_s if config.resolved_source() == "promql" else config.scrape.timeout_s

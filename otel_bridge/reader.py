@@ -101,12 +101,11 @@ class StepMetricReader(MetricReader):
         resource: Resource | None = None,
         warn_interval_s: float = 60.0,
         produce_timeout_s: float | None = None,
+        infra_deadline: InfraDeadline | None = None,
     ) -> None:
         super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
-        self._deadline = (
-            InfraDeadline[tuple[list[Metric], list[Metric], list[Metric]]](produce_timeout_s)
-            if produce_timeout_s is not None and producers
-            else None
+        self._deadline = infra_deadline or (
+            InfraDeadline(produce_timeout_s) if produce_timeout_s is not None and producers else None
         )
         self._exporter = exporter
         self._producers = list(producers)

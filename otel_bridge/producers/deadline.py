@@ -9,17 +9,22 @@ source holds at most one thread and never the worker.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from otel_bridge.suppression import suppressing
+from otel_bridge.suppression import instrumentation_suppressed, suppressing
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
-class InfraDeadline(Generic[T]):
-    """Runs one step's production at a time with a deadline (see the module docstring)."""
+class InfraDeadline:
+    """Runs one step's production (or the producers' start-up) at a time with a deadline (see the module docstring).
+
+    An exception ``work`` raises in time is raised to the caller; one raised after the deadline is logged.
+    """
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
@@ -32,31 +37,63 @@ class InfraDeadline(Generic[T]):
         """An earlier step's production is still running (it overran its deadline)."""
         return self._thread is not None and self._thread.is_alive()
 
-    def run(self, work: Callable[[], T]) -> T | None:
-        """``work()``'s result, or ``None`` when it did not finish in time, was abandoned, or could not start because
-        an earlier production is still running."""
+    def run(self, work: Callable[[], T], timeout_s: float | None = None) -> T | None:
+        """``work()``'s result, or ``None`` when it did not finish in time (``timeout_s``, default the instance's),
+        was abandoned, or could not start because an earlier production is still running."""
         if self.busy:
             return None
         result: list[T] = []
+        error: list[BaseException] = []
+        waiting = [True]
         wake = threading.Event()
 
         def target() -> None:
             try:
                 result.append(work())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged when it stopped waiting
+                with self._lock:
+                    error.append(exc)
+                    if not waiting[0]:
+                        _log.warning("otel-bridge: %s failed after its deadline: %s: %s", name, type(exc).__name__, exc)
             finally:
                 wake.set()
 
+        name = getattr(work, "__name__", "infrastructure work")
         thread = threading.Thread(target=suppressing(target), name="otel-bridge-infra", daemon=True)
         with self._lock:
             self._thread, self._wake = thread, wake
         thread.start()
-        wake.wait(self.timeout_s)
+        wake.wait(self.timeout_s if timeout_s is None else timeout_s)
         with self._lock:
             self._wake = None
-        return result[0] if result else None
+            waiting[0] = False
+            if error:
+                raise error[0]
+            return result[0] if result else None
 
     def abandon(self) -> None:
         """Stop waiting for the current step's production now (its record goes out with the infrastructure missing)."""
         with self._lock:
             if self._wake is not None:
                 self._wake.set()
+
+
+def start_sources(infra: InfraDeadline, starts: Sequence[Callable[[], None]], timeout_s: float | None) -> None:
+    """Run the producers' start-up checks (``starts``), with instrumentation suppressed: inline when ``timeout_s`` is
+    ``None`` (``startup: strict``), else on ``infra``'s thread for at most ``timeout_s`` (``startup: degrade``), after
+    which the bridge starts and the steps skip the readings until the checks have finished."""
+
+    def start_all() -> bool:
+        for start in starts:
+            start()
+        return True
+
+    if timeout_s is None or not starts:
+        with instrumentation_suppressed():
+            start_all()
+    elif infra.run(start_all, timeout_s) is None:
+        _log.warning(
+            "otel-bridge: the infrastructure sources' start-up checks did not finish within %.3gs (their timeout_s); "
+            "starting without their metrics until they do (startup: degrade)",
+            timeout_s,
+        )

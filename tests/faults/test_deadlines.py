@@ -91,3 +91,40 @@ def test_a_trickling_prometheus_never_holds_a_record_or_the_trainer(
     assert max(boundaries) < 2 * 0.2 + 0.3, boundaries
     lines = (tmp_path / "trickle" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(STEPS + 1))
+
+
+def test_degraded_start_up_waits_at_most_the_timeout(tmp_path: Path, trickling: TricklingPrometheus) -> None:
+    trickling.trickle.set()  # Prometheus trickles from the start: every start-up check would take timeout_s x tries
+    config = base_config(
+        tmp_path,
+        "start",
+        startup="degrade",
+        prometheus={"url": trickling.server.url, "scrape_interval_s": 1, "retries": 1, "timeout_s": 1},
+        metrics=[{"name": "vllm:num_requests_running", "type": "gauge", "stats": ["last"]}],
+    )
+    collecting = CollectingBackend()
+    started = time.monotonic()
+    bridge = Bridge.from_config(config, backends=[collecting])
+    took = time.monotonic() - started
+    try:
+        assert took < 1.8, took
+        for step in range(3):
+            with bridge.step(step):
+                bridge.log({"actor/loss": float(step)}, step=step)
+        assert bridge.collect(2, timeout_s=10)["actor/loss"] == 2.0
+        trickling.trickle.clear()
+        deadline = time.monotonic() + 30
+        step = 3
+        while time.monotonic() < deadline:  # once the checks have failed fast, the steps retry and recover
+            with bridge.step(step):
+                bridge.log({"actor/loss": float(step)}, step=step)
+            if rollout_keys(bridge.collect(step, timeout_s=10)):
+                break
+            step += 1
+            time.sleep(0.2)
+        else:
+            pytest.fail("the infrastructure readings never came back after Prometheus answered again")
+    finally:
+        bridge.close(timeout_s=5)
+    received = collecting.by_step()
+    assert all(received[s]["actor/loss"] == float(s) for s in range(step + 1))

@@ -352,10 +352,13 @@ Slack = Callable[
 
 
 def boundary_slack(traffic: Traffic, record: StepRecord) -> tuple[Counts, Counts]:
-    """A boundary is observed within ``BAND_S`` after it: what completed in that band after the window's start may
-    be missing from it (counted in the previous window), what completed in that band after its end may be in it."""
+    """A boundary is observed within ``BAND_S`` after it, or as late as the record's ``boundary_lag_s`` says its
+    boundary scrapes were answered (a sampler running behind on a loaded machine): what completed in that band after
+    the window's start may be missing from it (counted in the previous window), what completed in that band after its
+    end may be in it."""
     start, end = window_of(record)
-    return traffic.near(start, 0.0, BAND_S), traffic.near(end, 0.0, BAND_S)
+    band = max(BAND_S, record.values.get(LAG_KEY, 0.0) + 0.05)
+    return traffic.near(start, 0.0, band), traffic.near(end, 0.0, band)
 
 
 def lag_slack(traffic: Traffic, record: StepRecord) -> tuple[Counts, Counts]:

@@ -41,11 +41,13 @@ def offline_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[l
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
     attempts = block_network(monkeypatch)
+    wandb.teardown()  # wandb keeps process-wide settings from an earlier test's run; these tests read the env afresh
     try:
         yield attempts
     finally:
         if wandb.run is not None:
             wandb.run.finish()
+        wandb.teardown()
     assert attempts == [], f"wandb tried to reach the network: {attempts}"
 
 

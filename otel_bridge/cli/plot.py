@@ -229,6 +229,9 @@ class Panel:
         return [m.key for axis in self.axes for m in axis.members]
 
 
+Drawn = list[tuple[Panel, list[Any], Any]]  # a panel as drawn: its panel, its matplotlib axes and legend (or None)
+
+
 def _unit_rank(unit: str | None) -> int:
     """Axes order: the values themselves first, then how many (``count``), then totals (``sum``)."""
     if unit == "observations per step":
@@ -273,7 +276,7 @@ def render_png(panels: Sequence[Panel], output: Path, width: int, height: int, t
     figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
     canvas: Any = FigureCanvasAgg(figure)  # its draw() and buffer_rgba() are untyped
     grid = figure.subplots(rows, cols, squeeze=False)
-    drawn: list[tuple[Panel, list[Any], Any]] = []
+    drawn: Drawn = []
     for index, panel in enumerate(panels):
         ax = grid[index // cols][index % cols]
         drawn.append((panel, *_draw_panel(ax, panel, width // cols, lowest=index + cols >= count)))
@@ -283,6 +286,7 @@ def render_png(panels: Sequence[Panel], output: Path, width: int, height: int, t
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         canvas.draw()
+        drawn = _fit_legends(canvas, drawn, width)
     if any("collapsed" in str(w.message) for w in caught):
         _log.warning(
             "%d panels do not fit in %dx%d pixels and overlap; choose fewer --keys or a larger --width/--height",
@@ -325,18 +329,65 @@ def _draw_panel(ax: Any, panel: Panel, panel_width: int, *, lowest: bool) -> tup
             for handle, key in zip(handles, panel.keys, strict=True):
                 if key in {m.key for m in panel.axes[1].members}:
                     handle.set_label(f"{handle.get_label()} (right)")
-        # below the panel, under its tick labels (and x label): outside the data; constrained layout makes room
-        pad = 4.2 if lowest else 2.4
-        legend = ax.legend(
-            handles=handles,
-            loc="upper center",
-            bbox_to_anchor=(0.5, 0.0),
-            borderaxespad=pad,
-            ncols=min(3, len(handles)),
-            fontsize=6,
-            frameon=False,
-        )
+        legend = _place_legend(ax, handles, [h.get_label() for h in handles], min(3, len(handles)), lowest=lowest)
     return axes, legend
+
+
+def _place_legend(ax: Any, handles: Sequence[Any], labels: Sequence[str], ncols: int, *, lowest: bool) -> Any:
+    """The legend below the panel, under its tick labels (and x label): outside the data; constrained layout makes
+    room for it."""
+    return ax.legend(
+        handles=list(handles),
+        labels=list(labels),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        borderaxespad=4.2 if lowest else 2.4,
+        ncols=ncols,
+        fontsize=6,
+        frameon=False,
+    )
+
+
+_FIT_ROUNDS = 6
+
+
+def _fit_legends(canvas: Any, drawn: Drawn, width: int) -> Drawn:
+    """Redraw the legends that leave the image or cross another legend: fewer columns first, then shorter labels.
+
+    A legend is centred under its panel, so a wide one (long phase names, many keys) under a panel narrowed by its
+    tick labels can stick out of the image's side; constrained layout does not move panels sideways for it."""
+    for _ in range(_FIT_ROUNDS):
+        boxes = {i: legend.get_window_extent() for i, (_, _, legend) in enumerate(drawn) if legend is not None}
+        bad = [
+            i
+            for i, box in boxes.items()
+            if box.x0 < 0 or box.x1 > width or any(j != i and box.overlaps(o) for j, o in boxes.items())
+        ]
+        if not bad:
+            break
+        for i in bad:
+            panel, axes, legend = drawn[i]
+            handles = legend.legend_handles
+            labels = [t.get_text() for t in legend.get_texts()]
+            ncols = legend._ncols  # matplotlib keeps the column count only there
+            lowest = axes[0].get_xlabel() != ""
+            if ncols > 1:
+                ncols -= 1
+            else:
+                longest = max(len(label) for label in labels)
+                labels = [_shorten(label, chars=max(8, longest * 3 // 4)) for label in labels]
+            legend.remove()
+            drawn[i] = (panel, axes, _place_legend(axes[0], handles, labels, ncols, lowest=lowest))
+        canvas.draw()
+    return drawn
+
+
+def _shorten(label: str, *, chars: int) -> str:
+    """``label`` in at most ``chars`` characters, its middle replaced by an ellipsis."""
+    if len(label) <= chars:
+        return label
+    keep = chars - 1
+    return label[: (keep + 1) // 2] + "…" + label[len(label) - keep // 2 :]
 
 
 def _label(key: str, panel: Panel) -> str:

@@ -241,3 +241,38 @@ def test_plot_without_matplotlib_names_the_extra(demo_run: Path, tmp_path: Path)
     assert done.returncode == 2
     assert "pip install 'otel-bridge[plot]'" in done.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_legend_too_wide_for_its_panel_gets_fewer_columns_and_stays_in_the_image(tmp_path: Path) -> None:
+    """Long phase names under the rightmost panel: centred under its narrow panel, the 3-column legend stuck out of
+    the image's right side (constrained layout does not move panels sideways for a legend)."""
+    run = tmp_path / "runs" / "wide"
+    run.mkdir(parents=True)
+    group = "rollout/vllm/e2e_request_latency_seconds"
+    phases = ("generate_sequences_with_reward", "update_actor_and_critic_models")
+    lines = []
+    for step in range(6):
+        record: dict[str, float] = {"step": step, "actor/loss": 1 / (step + 1), "actor/kl": 0.1 * step}
+        record["critic/vf_loss"] = 2 / (step + 1)
+        for stat, value in (("mean", 0.5), ("p50", 0.4), ("p99", 2.0), ("count", 123456.0)):
+            record[f"{group}/{stat}"] = value * (step + 1)
+            record.update({f"phase/{phase}/{group}/{stat}": value * (step + 2) for phase in phases})
+        lines.append(json.dumps(record))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for width, height in ((1000, 700), (800, 500)):
+        png = tmp_path / f"wide-{width}.png"
+        done = run_cli(["plot", str(run), "-o", str(png), "--width", str(width), "--height", str(height)], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        layout = layout_of(png)
+        assert [panel["title"] for panel in layout][-1] == group
+        data_areas = [axis["bbox"] for panel in layout for axis in panel["axes"]]
+        boxes = [panel["legend"]["bbox"] for panel in layout if panel["legend"] is not None]
+        assert len(boxes) == 2
+        labels = layout[-1]["legend"]["labels"]
+        assert len(labels) == 12
+        assert sum("count" in label for label in labels) == 3
+        for box in boxes:
+            assert 0 <= box[0] < box[2] <= width, box
+            assert 0 <= box[1] < box[3] <= height, box
+            assert not any(overlap(box, area) for area in data_areas), box
+        assert not overlap(boxes[0], boxes[1])

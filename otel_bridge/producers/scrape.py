@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics.export import Metric
@@ -210,11 +210,23 @@ class ScrapeProducer:
             else:
                 if t is None:
                     return
-                snapshot = self._scrape_round(t, boundary=True)
+                snapshot = self._taken_since(t) or self._scrape_round(t, boundary=True)
             with self._cond:
                 self._snapshots.append(snapshot)
                 self._snapshots.sort(key=lambda s: s.t)
                 self._cond.notify_all()
+
+    def _taken_since(self, t: float) -> Snapshot | None:
+        """The first in-step sample taken after the boundary ``t``, taken out to stand for the boundary, if the
+        boundary reached the sampler after it took one (the trainer took the time, then was held up before telling
+        this producer). A fresh scrape would read values newer than that sample's while stamped earlier: in time order
+        the counters would seem to fall, and a fall reads as a restart that counts a counter's whole value again."""
+        with self._cond:
+            index = next((i for i, s in enumerate(self._snapshots) if s.t > t and not s.boundary), None)
+            if index is None:
+                return None
+            taken = self._snapshots.pop(index)
+        return replace(taken, t=t, boundary=True)
 
     def _scrape_round(self, t: float, *, boundary: bool) -> Snapshot:
         with self._targets_lock:

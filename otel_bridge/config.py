@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from otel_bridge.config_secrets import AuthConfig, TLSConfig
+from otel_bridge.config_otlp import OTLPInstrumentConfig
+from otel_bridge.config_secrets import AuthConfig, TLSConfig, refuse_url_credentials
 from otel_bridge.config_sources import (
     AUTO,
     ENV_PREFIX,
@@ -33,6 +34,7 @@ from otel_bridge.config_sources import (
     read_yaml_lines,
 )
 from otel_bridge.errors import ConfigError
+from otel_bridge.prometheus.otlp_names import metric_kind
 from otel_bridge.prometheus.promql import LABEL_NAME, METRIC_NAME
 from otel_bridge.validation import format_validation_error
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
@@ -47,6 +49,7 @@ __all__ = [
     "MetricConfig",
     "NamingConfig",
     "OTLPConfig",
+    "OTLPInstrumentConfig",
     "OTelConfig",
     "PrometheusConfig",
     "PrometheusEndpointConfig",
@@ -137,18 +140,6 @@ class PrometheusConfig(_Model):
         return _check_http_url(value, "prometheus.url")
 
 
-def _refuse_url_credentials(values: list[str]) -> None:
-    """A target written with ``user:password@`` is refused without echoing it (the password is in it)."""
-    for index, value in enumerate(values):
-        authority = value.split("://", 1)[-1].split("/", 1)[0]
-        if "@" in authority:
-            raise ValueError(
-                f"scrape.targets[{index}] contains credentials (user:password@...), which would end up in logs and "
-                "tracker keys; remove them from the URL and set scrape.auth.username with scrape.auth.password_env "
-                "or scrape.auth.password_file (or scrape.auth.bearer_token_env / scrape.auth.bearer_token_file)"
-            )
-
-
 class ScrapeConfig(_Model):
     """Reading ``/metrics`` endpoints directly (the embedded default: no Prometheus server needed)."""
 
@@ -190,7 +181,7 @@ class ScrapeConfig(_Model):
     def _targets(cls, values: list[str] | str) -> list[str] | str:
         if isinstance(values, str):
             return values
-        _refuse_url_credentials(values)
+        refuse_url_credentials(values)
         out = []
         for index, written in enumerate(values):
             value = written
@@ -217,12 +208,15 @@ class RatioConfig(_Model):
 
 
 class MetricConfig(_Model):
-    """One configured metric: exactly one of ``name``, ``promql``, ``preset`` or ``ratio``."""
+    """One configured metric: exactly one of ``name``, ``promql``, ``preset``, ``ratio`` or ``otlp``."""
 
     name: str | None = Field(None, description="Prometheus metric name, e.g. vllm:generation_tokens_total.")
     promql: str | None = Field(None, description="A full PromQL expression (PromQL path only); needs alias.")
     preset: str | None = Field(None, description="A named metric set: vllm, sglang, ray.")
     ratio: RatioConfig | None = Field(None, description="Ratio of two counters' deltas; needs alias.")
+    otlp: OTLPInstrumentConfig | None = Field(
+        None, description="An OpenTelemetry instrument pushed through the collector, read by its Prometheus name."
+    )
     type: MetricKind | None = Field(None, description="counter, gauge or histogram (presets know theirs).")
     stats: list[str] | None = Field(None, description="Window statistics; defaults by type.")
     by: list[str] = Field(default_factory=list, description="Labels kept apart (one key per label value).")
@@ -232,9 +226,11 @@ class MetricConfig(_Model):
 
     @model_validator(mode="after")
     def _shape(self) -> Self:
-        chosen = [k for k in ("name", "promql", "preset", "ratio") if getattr(self, k) is not None]
+        chosen = [k for k in ("name", "promql", "preset", "ratio", "otlp") if getattr(self, k) is not None]
         if len(chosen) != 1:
-            raise ValueError(f"set exactly one of name, promql, preset, ratio (got {chosen or 'none'})")
+            raise ValueError(f"set exactly one of name, promql, preset, ratio, otlp (got {chosen or 'none'})")
+        if self.otlp is not None and self.type is not None:
+            raise ValueError("an otlp entry takes its type from otlp.instrument: remove type")
         if self.name is not None and not METRIC_NAME.fullmatch(self.name):
             raise ValueError(f"name {self.name!r} is not a valid Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         for label in [*self.by, *self.labels]:
@@ -244,8 +240,9 @@ class MetricConfig(_Model):
             raise ValueError("promql and ratio metrics need an alias (the key they are logged under)")
         if self.preset is not None and (self.type or self.stats or self.alias or self.labels):
             raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`)")
-        if self.type is not None and self.stats is not None:
-            kind: MetricKind = self.type
+        known = self.type or (metric_kind(self.otlp.instrument) if self.otlp is not None else None)
+        if known is not None and self.stats is not None:
+            kind: MetricKind = known
             bad = [s for s in self.stats if not is_valid_stat(kind, s)]
             if bad:
                 raise ValueError(f"stats {bad} are not valid for a {kind}; allowed: {allowed_stats(kind)}")
@@ -388,6 +385,13 @@ class BridgeConfig(_Model):
             raw = [m.alias for m in self.metrics if m.promql is not None]
             if raw:
                 raise ValueError(f"promql metrics {raw} need the PromQL path: set prometheus.url (source: promql)")
+            otlp = [(i, m.otlp) for i, m in enumerate(self.metrics) if m.otlp is not None]
+            if otlp:
+                raise ValueError(
+                    f"metrics[{otlp[0][0]}].otlp names a trainer metric that the collector writes into Prometheus, so "
+                    "it needs the PromQL path: set prometheus.url (source: promql); to scrape an endpoint that serves "
+                    f"it (the collector's prometheus exporter) write `name: {otlp[0][1].prometheus_name}` instead"
+                )
             if self.metrics and not self.scrape.targets:
                 raise ValueError(
                     "metrics are configured but there is nowhere to read them: set prometheus.url or scrape.targets"

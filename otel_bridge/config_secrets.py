@@ -77,6 +77,18 @@ def _read_secret(what: str, env: str | None, file: Path | None, environ: Mapping
     return None
 
 
+def refuse_url_credentials(values: list[str]) -> None:
+    """A scrape target written with ``user:password@`` is refused without echoing it (the password is in it)."""
+    for index, value in enumerate(values):
+        authority = value.split("://", 1)[-1].split("/", 1)[0]
+        if "@" in authority:
+            raise ValueError(
+                f"scrape.targets[{index}] contains credentials (user:password@...), which would end up in logs and "
+                "tracker keys; remove them from the URL and set scrape.auth.username with scrape.auth.password_env "
+                "or scrape.auth.password_file (or scrape.auth.bearer_token_env / scrape.auth.bearer_token_file)"
+            )
+
+
 class TLSConfig(_Model):
     """TLS for HTTPS endpoints: verification is on unless switched off explicitly."""
 

@@ -52,6 +52,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.simulation",
             "otel_bridge.config",
             "otel_bridge.config_secrets",
+            "otel_bridge.config_otlp",
         ),
     ),
     (

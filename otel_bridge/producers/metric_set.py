@@ -10,6 +10,7 @@ from typing import Literal
 from otel_bridge.config import MetricConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
+from otel_bridge.prometheus.otlp_names import metric_kind
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
 _log = logging.getLogger(__name__)
@@ -108,6 +109,12 @@ def _query(config: MetricConfig, index: int) -> MetricQuery:
         assert config.alias is not None
         ratio = (config.ratio.numerator, config.ratio.denominator)
         return MetricQuery(key_name=config.alias, ratio=ratio, kind="counter", **common)  # type: ignore[arg-type]
+    if config.otlp is not None:
+        name = config.otlp.prometheus_name
+        _log.debug("metrics[%d]: OpenTelemetry instrument %s is %s in Prometheus", index, config.otlp.name, name)
+        kind = metric_kind(config.otlp.instrument)
+        stats = stats or DEFAULT_STATS[kind]
+        return MetricQuery(key_name=config.alias or name, name=name, kind=kind, stats=stats, **common)  # type: ignore[arg-type]
     assert config.name is not None
     return MetricQuery(
         key_name=config.alias or config.name,

@@ -1,0 +1,190 @@
+"""The Prometheus names an OpenTelemetry instrument gets on its way through the collector.
+
+The trainer's instruments reach Prometheus over OTLP, through ``collector/otelcol.yaml``'s ``prometheusremotewrite``
+exporter (otelcol-contrib v0.136.0; its ``prometheus`` exporter names them the same). Both build the name with
+``otlptranslator.MetricNamer{WithMetricSuffixes: add_metric_suffixes, Namespace: namespace}`` from
+github.com/prometheus/otlptranslator (v0.0.2 in that release; ``metric_namer.go`` and ``unit_namer.go`` are
+unchanged in v1.0.0), with ``add_metric_suffixes`` true by default. This module is that function, for the
+underscore-escaping, with-suffixes strategy, so a config can name a trainer metric by its OpenTelemetry name:
+
+- the name is split at every character outside ``[a-zA-Z0-9:]`` (dots, dashes, slashes, runs of underscores) and the
+  pieces joined with ``_``;
+- the unit (UCUM, ``main/per``) adds a suffix unless the name already has it as a piece: ``s`` -> ``seconds``,
+  ``By`` -> ``bytes``, ``1`` -> nothing, ``%`` -> ``percent``, ``/s`` -> ``per_second`` (:data:`UNIT_SUFFIXES`,
+  :data:`PER_UNIT_SUFFIXES`); a unit in braces (``{token}``) adds nothing; any other unit is added cleaned;
+- a monotonic sum (an OTel ``Counter``) ends in ``_total``, a gauge with unit ``1`` in ``_ratio``;
+- a namespace is put in front, and a name starting with a digit gets a leading ``_``.
+
+A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count``.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from otel_bridge.window import MetricKind
+
+__all__ = [
+    "INSTRUMENT_KINDS",
+    "PER_UNIT_SUFFIXES",
+    "UNIT_SUFFIXES",
+    "Instrument",
+    "metric_kind",
+    "prometheus_name",
+    "prometheus_series",
+]
+
+#: OpenTelemetry instrument kinds as the collector sees them. The observable instruments are the same
+#: (``ObservableCounter`` is a ``counter``, ``ObservableUpDownCounter`` an ``up_down_counter``,
+#: ``ObservableGauge`` a ``gauge``).
+Instrument = Literal["counter", "up_down_counter", "gauge", "histogram"]
+INSTRUMENT_KINDS: Final[tuple[Instrument, ...]] = ("counter", "up_down_counter", "gauge", "histogram")
+
+#: otlptranslator's ``unitMap``: the unit (or the part before ``/``) -> the suffix.
+UNIT_SUFFIXES: Final[dict[str, str]] = {
+    "d": "days",
+    "h": "hours",
+    "min": "minutes",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "TiBy": "tibibytes",
+    "KBy": "kilobytes",
+    "MBy": "megabytes",
+    "GBy": "gigabytes",
+    "TBy": "terabytes",
+    "m": "meters",
+    "V": "volts",
+    "A": "amperes",
+    "J": "joules",
+    "W": "watts",
+    "g": "grams",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "1": "",
+    "%": "percent",
+}
+
+#: otlptranslator's ``perUnitMap``: the part after ``/`` -> the word after ``per_``.
+PER_UNIT_SUFFIXES: Final[dict[str, str]] = {
+    "s": "second",
+    "m": "minute",
+    "h": "hour",
+    "d": "day",
+    "w": "week",
+    "mo": "month",
+    "y": "year",
+}
+
+_KINDS: Final[dict[Instrument, MetricKind]] = {
+    "counter": "counter",
+    "up_down_counter": "gauge",
+    "gauge": "gauge",
+    "histogram": "histogram",
+}
+
+
+def _valid(char: str) -> bool:
+    return char == ":" or ("a" <= char <= "z") or ("A" <= char <= "Z") or ("0" <= char <= "9")
+
+
+def _pieces(text: str) -> list[str]:
+    """Go's ``strings.FieldsFunc(text, not valid)``: the runs of valid characters."""
+    pieces: list[str] = []
+    current: list[str] = []
+    for char in text:
+        if _valid(char):
+            current.append(char)
+        elif current:
+            pieces.append("".join(current))
+            current = []
+    if current:
+        pieces.append("".join(current))
+    return pieces
+
+
+def _clean_unit(unit: str) -> str:
+    """``cleanUpUnit``: invalid characters to ``_``, runs of ``_`` to one, one leading ``_`` dropped."""
+    mapped = "".join(char if _valid(char) else "_" for char in unit)
+    collapsed: list[str] = []
+    for char in mapped:
+        if char != "_" or not collapsed or collapsed[-1] != "_":
+            collapsed.append(char)
+    return "".join(collapsed).removeprefix("_")
+
+
+def _unit_suffixes(unit: str) -> tuple[str, str]:
+    """``buildUnitSuffixes``: the main unit's suffix and the ``per_`` suffix, before cleaning."""
+    parts = unit.split("/", 1)
+    main = per = ""
+    written = parts[0].strip()
+    if written and "{" not in written and "}" not in written:
+        main = UNIT_SUFFIXES.get(written, written)
+    if len(parts) > 1 and parts[1]:
+        written = parts[1].strip()
+        if written and "{" not in written and "}" not in written:
+            per = PER_UNIT_SUFFIXES.get(written, written)
+        if per:
+            per = "per_" + per
+    return main, per
+
+
+def _with_unit(pieces: list[str], main: str, per: str) -> list[str]:
+    """``addUnitTokens``: a suffix the name already has as a piece is not added again."""
+    if main in pieces:
+        main = ""
+    if per == "per_":
+        per = ""
+    else:
+        per = per.removesuffix("_")
+        if per in pieces:
+            per = ""
+    if per:
+        main = main.removesuffix("_")
+    return pieces + [suffix for suffix in (main, per) if suffix]
+
+
+def prometheus_name(name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = "") -> str:
+    """The metric name the collector writes for an OpenTelemetry instrument ``name`` with ``unit``.
+
+    ``instrument`` is the instrument's kind (:data:`INSTRUMENT_KINDS`), ``namespace`` the exporter's ``namespace``
+    (none in the shipped config). Raises :class:`ValueError` for a name the collector cannot translate (nothing but
+    punctuation): it drops such a metric.
+    """
+    if instrument not in _KINDS:
+        raise ValueError(f"instrument must be one of {', '.join(INSTRUMENT_KINDS)}, not {instrument!r}")
+    main, per = _unit_suffixes(unit)
+    pieces = _with_unit(_pieces(name), _clean_unit(main), _clean_unit(per))
+    if instrument == "counter":
+        pieces = [piece for piece in pieces if piece != "total"] + ["total"]
+    if unit == "1" and instrument == "gauge":
+        pieces = [piece for piece in pieces if piece != "ratio"] + ["ratio"]
+    if namespace:
+        pieces = [namespace, *pieces]
+    translated = "_".join(pieces)
+    if translated and "0" <= translated[0] <= "9":
+        translated = "_" + translated
+    if not translated.strip("_"):
+        raise ValueError(f"the collector cannot translate the metric name {name!r} (it has no letter or digit)")
+    return translated
+
+
+def prometheus_series(
+    name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = ""
+) -> tuple[str, ...]:
+    """Every sample name the collector writes for the instrument: a histogram's ``_bucket``, ``_sum`` and ``_count``,
+    otherwise the one name of :func:`prometheus_name`."""
+    base = prometheus_name(name, unit, instrument, namespace)
+    if instrument == "histogram":
+        return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+    return (base,)
+
+
+def metric_kind(instrument: Instrument) -> MetricKind:
+    """How the bridge reads the instrument's series: an ``up_down_counter`` goes up and down, so it is a gauge."""
+    return _KINDS[instrument]

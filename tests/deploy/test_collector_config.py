@@ -123,6 +123,27 @@ def test_schema_check_rejects_typos_and_removed_components(config: dict[str, Any
     assert "loggingexporter" not in schema["distribution"]["exporters"]
 
 
+def test_schema_describes_the_prometheus_exporter(schema: dict[str, Any]) -> None:
+    """The pull alternative to remote write (issue 17 section 4: the schema lacked the exporter and its `endpoint`):
+    a usual prometheus exporter block passes, a field of a later release does not."""
+    fields = schema["components"]["exporters"]["prometheus"]["fields"]
+    assert schema["components"]["exporters"]["prometheus"]["module"] == "prometheusexporter"
+    usual = {
+        "endpoint": "${env:MY_POD_IP}:8889",
+        "tls": {"cert_file": "/certs/tls.crt", "key_file": "/certs/tls.key"},
+        "namespace": "rl",
+        "const_labels": {"cluster": "a"},
+        "send_timestamps": True,
+        "metric_expiration": "5m",
+        "resource_to_telemetry_conversion": {"enabled": True},
+        "enable_open_metrics": False,
+        "add_metric_suffixes": True,
+    }
+    assert unknown_fields(usual, fields, "prometheus") == []
+    later = unknown_fields({"sending_queue": {"enabled": True}, "without_scope_info": True}, fields, "prometheus")
+    assert [error.split(":")[0] for error in later] == ["prometheus.sending_queue", "prometheus.without_scope_info"]
+
+
 def test_service_section(config: dict[str, Any], schema: dict[str, Any]) -> None:
     service = config["service"]
     errors = unknown_fields(service, schema["service"], "service")

@@ -53,7 +53,9 @@ test: $(VENV)/.dev-installed prometheus-bin lint typecheck
 clean:
 	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache
 
-# 20,000 steps with periodic faults; reports RSS/threads/fds over time and delivered/expected per backend.
+# 20,000 PromQL-path steps with periodic faults (RSS/threads/fds watched), then a trickling and a redirecting scrape
+# target, a full disk under the JSONL tracker, SIGTERM at random points; delivered/expected per fault and backend.
+# See soak/README.md; exits 1 when a check fails.
 soak: $(VENV)/.dev-installed prometheus-bin
 	$(BIN)/python -m soak.soak --steps 20000
 

@@ -1,22 +1,23 @@
-"""Soak test: 20,000 fast training steps with faults injected periodically, watching resources and delivery.
+"""Soak test: fast training steps with faults injected, watching resources and delivery (not part of ``make test``).
 
-Run it (not part of ``make test``)::
+    python -m soak.soak [--steps 20000] [--step-sleep-s 0.004] [--scrape-steps 200] [--disk-steps 300]
+                        [--sigterm-rounds 8] [--seed 14] [--require-all-faults] [--out soak/results]
 
-    python -m soak.soak [--steps 20000] [--step-sleep-s 0.004] [--out soak/results]
+Four parts, one after the other (see soak/README.md):
 
-Set-up: two simulated vLLM replicas, a real Prometheus scraping them every second (PromQL path), and three tracker
-backends: JSONL, an in-memory counting backend (healthy) and a flaky backend that fails every 5th write attempt (its
-retries recover). Faults injected on a fixed schedule:
+1. PromQL path, ``--steps`` fast steps: replica restarts, a replica endpoint down, Prometheus down, a flaky backend;
+   RSS, threads and fds watched (``soak/promql_faults.py``).
+2. Scrape path, ``--scrape-steps``: a trickling target (1 byte every 2 s) and a redirecting one among healthy
+   replicas, each for a window of steps; boundaries and the step queue's bound measured (``soak/scrape_faults.py``).
+3. Disk full: the JSONL tracker on a small tmpfs filled for a window of steps (``soak/disk_full.py``; needs root or
+   CAP_SYS_ADMIN to mount, else reported as skipped).
+4. SIGTERM at random points (seeded) of real trainer processes, ``--sigterm-rounds`` of them continuing one run
+   (``soak/sigterm.py``).
 
-- every 2,000 steps a replica restarts (counter reset);
-- from step 1,000, every 5,000 steps replica 1's endpoint is down for 300 steps;
-- from step 3,000, every 5,000 steps Prometheus is stopped for 500 steps and started again on the same port.
-
-Every 500 steps it samples RSS, thread count and open file descriptors. At the end it writes
-``<out>/soak-<UTC time>.json`` with the samples, the delivery per backend (delivered vs expected records, and records
-whose trainer metric was wrong), the health counters, and a verdict: resources flat (after warm-up: RSS growth below
-``--rss-tolerance-mb``, threads and fds back to their warm-up level) and every healthy backend complete. Exits 1 when
-the verdict fails.
+The result, ``<out>/soak-<UTC time>.json``, has one entry per fault: delivered / expected / duplicates per backend over
+the fault's window, figures, and named checks. The process exits 1 when any check fails (also a skipped part with
+``--require-all-faults``). ``observations`` are reported but do not fail the soak: infrastructure readings that did
+not come back are the infrastructure's part, not the trainer's values this soak guards.
 """
 
 from __future__ import annotations
@@ -24,246 +25,87 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from otel_bridge import Bridge
-from otel_bridge.exporters.record import StepRecord
-from otel_bridge.health import BACKEND_ERRORS, DROPPED_INFRA, NONFINITE_VALUES, QUERY_ERRORS
-from otel_bridge.simulation.http import MetricsHTTPServer
-from otel_bridge.simulation.vllm import VLLMSimulator
-from tests.helpers.http_servers import free_port
-from tests.helpers.prometheus_server import PrometheusServer
+from soak.disk_full import run_disk_full
+from soak.promql_faults import run_promql_faults
+from soak.scrape_faults import run_scrape_faults
+from soak.sigterm import run_sigterm
 
 _log = logging.getLogger("soak")
-TRAINER_KEY = "trainer/step_value"
 
 
-class CountingBackend:
-    """A healthy backend that only counts (so its own memory stays flat) and checks the trainer metric."""
-
-    name = "counting"
-
-    def __init__(self) -> None:
-        self.delivered = 0
-        self.wrong = 0
-        self.infra_unavailable = 0
-        self.with_infra = 0
-
-    def write(self, record: StepRecord) -> None:
-        """Count ``record`` and check that it carries its step's trainer value."""
-        self.delivered += 1
-        if record.values.get(TRAINER_KEY) != float(record.step):
-            self.wrong += 1
-        if record.values.get("otel_bridge/infra_unavailable", 0.0) > 0:
-            self.infra_unavailable += 1
-        if any(key.startswith("rollout/") for key in record.values):
-            self.with_infra += 1
-
-    def flush(self) -> None:
-        """Nothing buffered."""
-
-    def close(self) -> None:
-        """Nothing to release."""
+def verdict(faults: dict[str, dict[str, Any]], require_all: bool) -> dict[str, Any]:
+    """Which checks failed, which parts were skipped, which observations did not hold; ``passed``."""
+    failed = [
+        f"{name}.{check}" for name, entry in faults.items() for check, ok in entry.get("checks", {}).items() if not ok
+    ]
+    skipped = {name: entry["skipped"] for name, entry in faults.items() if "skipped" in entry}
+    observed = [
+        f"{name}.{what}"
+        for name, entry in faults.items()
+        for what, ok in entry.get("observations", {}).items()
+        if not ok
+    ]
+    passed = not failed and not (require_all and skipped)
+    return {"passed": passed, "failed_checks": failed, "skipped": skipped, "observations_not_holding": observed}
 
 
-class FlakyBackend(CountingBackend):
-    """Fails every ``every``-th write attempt (a tracker service with transient errors)."""
-
-    name = "flaky"
-
-    def __init__(self, every: int = 5) -> None:
-        super().__init__()
-        self.every = every
-        self.attempts = 0
-
-    def write(self, record: StepRecord) -> None:
-        """Fail every ``every``-th attempt, else count."""
-        self.attempts += 1
-        if self.attempts % self.every == 0:
-            raise ConnectionError("tracker service: 503 (soak fault)")
-        super().write(record)
-
-
-class Replica:
-    """A simulated vLLM server and the HTTP endpoint serving it (stoppable and restartable on its port)."""
-
-    def __init__(self) -> None:
-        self.sim = VLLMSimulator(model_name="soak")
-        self.server = MetricsHTTPServer(self.sim.exposition).start()
-        self.up = True
-
-    @property
-    def hostport(self) -> str:
-        return f"127.0.0.1:{self.server.port}"
-
-    def set_up(self, up: bool) -> None:
-        if up and not self.up:
-            self.server.start()
-        elif not up and self.up:
-            self.server.stop()
-        self.up = up
-
-
-@dataclass
-class Sample:
-    """Resources at one step."""
-
-    step: int
-    elapsed_s: float
-    rss_mb: float
-    threads: int
-    os_threads: int
-    fds: int
-
-
-def _status_field(name: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(name + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {name}")
-
-
-def sample(step: int, started: float) -> Sample:
-    """RSS, Python and OS thread counts, open file descriptors now."""
-    return Sample(
-        step=step,
-        elapsed_s=round(time.monotonic() - started, 2),
-        rss_mb=round(_status_field("VmRSS") / 1024, 1),
-        threads=threading.active_count(),
-        os_threads=_status_field("Threads"),
-        fds=len(os.listdir("/proc/self/fd")),
-    )
-
-
-def flatness(samples: list[Sample], rss_tolerance_mb: float) -> dict[str, Any]:
-    """Compare the last quarter of the run with the samples just after warm-up (the first 10%)."""
-    warm = [s for s in samples if s.step >= samples[-1].step * 0.1][:3] or samples[:1]
-    tail = samples[-max(1, len(samples) // 4) :]
-    rss_growth = max(s.rss_mb for s in tail) - max(s.rss_mb for s in warm)
-    threads_growth = max(s.os_threads for s in tail) - max(s.os_threads for s in warm)
-    fds_growth = max(s.fds for s in tail) - max(s.fds for s in warm)
-    return {
-        "rss_growth_mb": round(rss_growth, 1),
-        "os_threads_growth": threads_growth,
-        "fds_growth": fds_growth,
-        "flat": rss_growth <= rss_tolerance_mb and threads_growth <= 0 and fds_growth <= 0,
-    }
-
-
-def run(steps: int, step_sleep_s: float, out: Path, rss_tolerance_mb: float) -> dict[str, Any]:
-    """Run the soak and return its results (also written under ``out``)."""
-    replicas = [Replica(), Replica()]
-    counting, flaky = CountingBackend(), FlakyBackend()
-    schedule: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="otel-bridge-soak-") as tmp:
-        prometheus = PrometheusServer(Path(tmp) / "prom", [r.hostport for r in replicas], port=free_port())
-        try:
-            prometheus.start()
-            prometheus.wait_for_samples("vllm:generation_tokens_total", count=2)
-            config = {
-                "startup": "degrade",
-                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1, "retries": 0, "timeout_s": 2},
-                "metrics": [
-                    {"name": "vllm:generation_tokens_total", "type": "counter"},
-                    {"name": "vllm:num_requests_running", "type": "gauge"},
-                    {"name": "vllm:time_to_first_token_seconds", "type": "histogram", "stats": ["p99", "count"]},
-                ],
-                "run": {"name": "soak", "dir": tmp},
-                "delivery": {"backend_retries": 3, "backend_backoff_s": 0, "max_block_s": 0.05},
-            }
-            bridge = Bridge.from_config(config, backends=[counting, flaky])
-            started = time.monotonic()
-            samples = [sample(0, started)]
-            prometheus_down_until = replica_down_until = -1
-            for step in range(steps):
-                if step and step % 2000 == 0:
-                    replicas[step // 2000 % 2].sim.restart()
-                    schedule.append(f"{step}: replica {step // 2000 % 2} restarted")
-                if step % 5000 == 1000:
-                    replicas[1].set_up(False)
-                    replica_down_until = step + 300
-                    schedule.append(f"{step}-{replica_down_until}: replica 1 endpoint down")
-                if step == replica_down_until:
-                    replicas[1].set_up(True)
-                if step % 5000 == 3000:
-                    prometheus.stop()
-                    prometheus_down_until = step + 500
-                    schedule.append(f"{step}-{prometheus_down_until}: Prometheus down")
-                if step == prometheus_down_until:
-                    prometheus.start()
-                with bridge.step(step):
-                    for replica in replicas:
-                        replica.sim.complete_request(
-                            prompt_tokens=16, generation_tokens=4, ttft_s=0.02, e2e_s=0.05, queue_s=0.001, itl_s=0.002
-                        )
-                    replica.sim.set_running(step % 7)
-                    if step_sleep_s > 0:
-                        time.sleep(step_sleep_s)
-                    bridge.log({TRAINER_KEY: float(step), "trainer/loss": 1.0 / (1 + step)}, step=step)
-                if (step + 1) % 500 == 0:
-                    samples.append(sample(step + 1, started))
-                    last = samples[-1]
-                    _log.info(
-                        "step %d: rss %.1f MB, %d threads, %d fds", step + 1, last.rss_mb, last.os_threads, last.fds
-                    )
-            report = bridge.close()
-            elapsed = time.monotonic() - started
-            samples.append(sample(steps, started))
-            health = {
-                "query_errors": bridge.health.counter(QUERY_ERRORS),
-                "dropped_infra_steps": bridge.health.counter(DROPPED_INFRA),
-                "nonfinite_values": bridge.health.counter(NONFINITE_VALUES),
-                "backend_errors.flaky": bridge.health.counter(BACKEND_ERRORS, {"backend": "flaky"}),
-            }
-            jsonl_lines = (Path(tmp) / "soak" / "metrics.jsonl").read_text().count("\n")
-        finally:
-            prometheus.stop()
-            for replica in replicas:
-                replica.set_up(False)
-    delivery = {
-        status.backend: {
-            "expected": steps,
-            "delivered": status.delivered,
-            "failed": len(status.failed_steps),
-            "pending": len(status.pending_steps),
+def short(faults: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per fault: ``delivered/expected`` and duplicates per backend, and whether its checks passed."""
+    out: dict[str, Any] = {}
+    for name, entry in faults.items():
+        if "skipped" in entry:
+            out[name] = {"skipped": entry["skipped"]}
+            continue
+        out[name] = {
+            "delivery": {
+                backend: f"{t['delivered']}/{t['expected']}, {t['duplicates']} duplicates"
+                + (f", {t['reported_lost']} reported lost" if "reported_lost" in t else "")
+                for backend, t in entry["delivery"].items()
+            },
+            "checks_passed": all(entry["checks"].values()),
         }
-        for status in report.backends
-    }
-    delivery["jsonl"]["lines_in_file"] = jsonl_lines
-    for backend in (counting, flaky):
-        delivery[backend.name]["wrong_trainer_value"] = backend.wrong
-    healthy_complete = (
-        all(
-            delivery[name]["delivered"] == steps and delivery[name].get("wrong_trainer_value", 0) == 0
-            for name in ("jsonl", "counting", "flaky")
-        )
-        and jsonl_lines == steps
-    )
-    flat = flatness(samples[1:], rss_tolerance_mb)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the four parts and return the results (also written under ``args.out``)."""
+    started = time.monotonic()
+    faults: dict[str, dict[str, Any]] = {}
+    elapsed: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="otel-bridge-soak-") as name:
+        tmp = Path(name)
+        t = time.monotonic()
+        promql = run_promql_faults(args.steps, args.step_sleep_s, tmp / "promql", args.rss_tolerance_mb)
+        faults.update(promql["faults"])
+        elapsed["promql"] = time.monotonic() - t
+        t = time.monotonic()
+        faults.update(run_scrape_faults(args.scrape_steps, args.scrape_step_sleep_s, tmp / "scrape"))
+        elapsed["scrape"] = time.monotonic() - t
+        t = time.monotonic()
+        faults.update(run_disk_full(args.disk_steps, args.disk_step_sleep_s, tmp / "disk"))
+        elapsed["disk_full"] = time.monotonic() - t
+        t = time.monotonic()
+        faults.update(run_sigterm(args.sigterm_rounds, args.seed, tmp / "sigterm"))
+        elapsed["sigterm"] = time.monotonic() - t
     results: dict[str, Any] = {
-        "steps": steps,
-        "step_sleep_s": step_sleep_s,
-        "elapsed_s": round(elapsed, 1),
-        "faults": schedule,
-        "delivery": delivery,
-        "unassembled_steps": len(report.unassembled_steps),
-        "records_with_infra_unavailable": counting.infra_unavailable,
-        "records_with_infra_keys": counting.with_infra,
-        "health": health,
-        "resources": [asdict(s) for s in samples],
-        "flatness": flat,
-        "passed": healthy_complete and flat["flat"] and not report.unassembled_steps,
+        "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "elapsed_per_part_s": {k: round(v, 1) for k, v in elapsed.items()},
+        **verdict(faults, args.require_all_faults),
+        "summary": short(faults),
+        "faults": faults,
+        "promql_schedule": promql["schedule"],
+        "resources": promql["resources"],
     }
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"soak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"soak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
     results["path"] = str(path)
     return results
@@ -272,16 +114,28 @@ def run(steps: int, step_sleep_s: float, out: Path, rss_tolerance_mb: float) -> 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--step-sleep-s", type=float, default=0.004, help="simulated work per step")
+    parser.add_argument("--steps", type=int, default=20_000, help="steps of part 1 (PromQL path)")
+    parser.add_argument("--step-sleep-s", type=float, default=0.004, help="simulated work per step, part 1")
+    parser.add_argument("--scrape-steps", type=int, default=200, help="steps of part 2 (scrape path)")
+    parser.add_argument("--scrape-step-sleep-s", type=float, default=0.2, help="simulated work per step, part 2")
+    parser.add_argument("--disk-steps", type=int, default=300, help="steps of part 3 (disk full)")
+    parser.add_argument("--disk-step-sleep-s", type=float, default=0.01, help="simulated work per step, part 3")
+    parser.add_argument("--sigterm-rounds", type=int, default=8, help="trainer processes SIGTERMed in part 4")
+    parser.add_argument("--seed", type=int, default=14, help="seed of the random SIGTERM points")
+    parser.add_argument("--require-all-faults", action="store_true", help="fail when a part had to be skipped")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--rss-tolerance-mb", type=float, default=20.0)
     args = parser.parse_args(argv)
+    for option, least in (("steps", 1), ("scrape_steps", 20), ("disk_steps", 10), ("sigterm_rounds", 1)):
+        if getattr(args, option) < least:
+            parser.error(f"--{option.replace('_', '-')} must be at least {least} (every fault needs its window)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("otel_bridge.prometheus.transport").setLevel(logging.WARNING)  # per-request failure lines
-    results = run(args.steps, args.step_sleep_s, args.out, args.rss_tolerance_mb)
-    summary = {k: results[k] for k in ("elapsed_s", "delivery", "flatness", "health", "passed", "path")}
-    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    results = run(args)
+    keys = ("elapsed_s", "passed", "failed_checks", "skipped", "observations_not_holding", "summary", "path")
+    sys.stdout.write(json.dumps({k: results[k] for k in keys}, indent=2) + "\n")
+    for name, reason in results["skipped"].items():
+        _log.warning("%s was not run: %s", name, reason)
     return 0 if results["passed"] else 1
 
 

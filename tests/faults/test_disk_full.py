@@ -7,10 +7,8 @@ valid JSON Lines in step order, and the report's failed steps must be exactly th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 
 from otel_bridge import Bridge
 from tests.faults.support import base_config
+from tests.helpers.small_disk import CannotMountError, fill, small_tmpfs
 
 # Records of ~6 KB: each one needs new tmpfs pages, so a full filesystem fails it (a short record could still fit
 # in the last page the file already has).
@@ -27,24 +26,11 @@ KEYS = [f"actor/layer_{i:03d}/grad_norm_with_a_long_descriptive_name" for i in r
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN): {result.stderr.strip()}")
     try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def _fill(path: Path) -> None:
-    """Take every free byte of ``path``'s filesystem."""
-    with path.open("wb", buffering=0) as filler, contextlib.suppress(OSError):
-        while True:
-            filler.write(b"\0" * 1024)
+        with small_tmpfs(tmp_path / "disk", "64k") as mount_point:
+            yield mount_point
+    except CannotMountError as err:
+        pytest.skip(str(err))
 
 
 def _log(bridge: Bridge, step: int) -> None:
@@ -60,7 +46,7 @@ def test_disk_full_then_space_back_writes_each_record_once_in_order(small_disk: 
     bridge.collect(2)
     assert bridge.meter_provider.force_flush()
     filler = small_disk / "filler"
-    _fill(filler)
+    fill(filler)
     for step in range(3, 6):
         _log(bridge, step)
     bridge.commit()

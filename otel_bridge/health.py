@@ -98,6 +98,11 @@ class Health:
         with self._lock:
             return self._counters.get((name, tuple(sorted((labels or {}).items()))), 0.0)
 
+    def gauge(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """Current value of a gauge (0 when never set)."""
+        with self._lock:
+            return self._gauges.get((name, tuple(sorted((labels or {}).items()))), 0.0)
+
     def snapshot(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
         """``(name, labels, value)`` for every counter and gauge."""
         with self._lock:

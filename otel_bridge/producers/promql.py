@@ -49,7 +49,7 @@ from otel_bridge.producers.promql_plan import (
     primary_names,
 )
 from otel_bridge.producers.promql_rules import RuleSet, counting, rules_in_use
-from otel_bridge.producers.promql_targets import schedule_of, scrape_urls, serving_targets
+from otel_bridge.producers.promql_targets import schedule_of, scrape_urls, served_names, serving_targets
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -100,6 +100,7 @@ class PromQLProducer:
         self._rules: RuleSet | None = None
         self._refresh_interval_s = refresh_interval_s
         self._scraper: ScrapeProducer | None = None
+        self._scraped: list[int] = []  # the counting queries the boundary scrapes read (the rest: Prometheus' samples)
         self._watcher: TargetWatcher | None = None
         self._closed = threading.Event()
         self._health = health or Health()
@@ -185,7 +186,7 @@ class PromQLProducer:
         return [i for i, q in enumerate(self._queries) if counting(q)]
 
     def _increase_queries(self) -> list[int]:
-        return [] if self._scraper is not None else self._counting_queries()
+        return [i for i in self._counting_queries() if i not in self._scraped]
 
     def _primary_names(self) -> list[str]:
         return sorted({n for i in self._counting_queries() for n in primary_names(self._queries[i])})
@@ -212,9 +213,14 @@ class PromQLProducer:
             reason = "Prometheus lists no target serving the configured counters and histograms yet"
         elif self._boundary == "auto" and len(urls) > self._max_targets:
             reason = f"{len(urls)} targets are more than prometheus.boundary_max_targets ({self._max_targets})"
+        scraped: list[int] = []
+        if reason is None:  # only series from the targets can be scraped: remote-written ones are read as samples
+            served = served_names(self._client, self._primary_names(), targets)
+            scraped = [i for i in self._counting_queries() if served & set(primary_names(self._queries[i]))]
+            if not scraped:
+                reason = "no target Prometheus scrapes serves the configured counters and histograms"
         if reason is None:
-            counting = [self._queries[i] for i in self._counting_queries()]
-            scraper = self._new_scraper(urls, counting)
+            scraper = self._new_scraper(urls, [self._queries[i] for i in scraped])
             try:
                 scraper.start()
             except (ScrapeError, ConfigError) as exc:
@@ -226,7 +232,7 @@ class PromQLProducer:
                     scraper.close()
                     reason = f"the bridge cannot scrape {', '.join(silent)} itself"
                 else:
-                    self._scraper = scraper
+                    self._scraper, self._scraped = scraper, scraped
                     self._watcher = TargetWatcher(
                         self._target_urls,
                         scraper.set_targets,
@@ -329,7 +335,7 @@ class PromQLProducer:
 
     def _scraper_answered(self, scraped: Sequence[Metric]) -> set[int]:
         keys = {m.name for m in scraped}
-        return {i for i in self._counting_queries() if self._queries[i].key_name in keys}
+        return {i for i in self._scraped if self._queries[i].key_name in keys}
 
     def _closing_s(self) -> float:
         """How far after a final window's end the sample (or rule evaluation) closing it may lie."""
@@ -374,6 +380,8 @@ class PromQLProducer:
     def _report_targets(self, answer: WindowAnswer) -> None:
         if self._scraper is None:
             self._health.set(BOUNDARY_LAG, answer.lag_s or 0.0)
+        elif self._increase_queries():  # remote-written counters beside the scraped ones: the larger distance
+            self._health.set(BOUNDARY_LAG, max(self._health.gauge(BOUNDARY_LAG), answer.lag_s or 0.0))
         self._health.set(TARGETS_DOWN, float(len(answer.failed_scrapes)))
         for (job, instance), failed in sorted(answer.failed_scrapes.items()):
             self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})

@@ -48,6 +48,17 @@ def serving_targets(client: PrometheusClient, names: Sequence[str]) -> list[dict
     return [t for t in targets if target_key(t) in serving]
 
 
+def served_names(client: PrometheusClient, names: Sequence[str], targets: Sequence[dict[str, object]]) -> set[str]:
+    """The names in ``names`` that have a series from one of ``targets``: a series that arrives by remote write (the
+    collector's, the trainer's) comes from none, so the bridge's boundary scrapes of the targets cannot see it."""
+    if not names or not targets:
+        return set()
+    keys = {target_key(t) for t in targets}
+    expr = f"group by (__name__, {', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
+    series = client.query(expr).series
+    return {s.labels["__name__"] for s in series if (s.labels.get("job", ""), s.labels.get("instance", "")) in keys}
+
+
 def schedule_of(targets: Sequence[dict[str, object]], default_interval_s: float) -> Schedule:
     """Interval and storing delay of ``targets``, from Prometheus' targets list.
 

@@ -38,7 +38,8 @@ class PrometheusServer:
 
     ``rules`` is a rule file's content (``groups: [...]``), loaded from ``rules.yml`` beside the config.
     ``enable_lifecycle`` starts it with ``--web.enable-lifecycle``, so ``POST /-/reload`` re-reads
-    :attr:`config_path` (what verl's ``update_prometheus_config`` does after rewriting that file).
+    :attr:`config_path` (what verl's ``update_prometheus_config`` does after rewriting that file). ``remote_write``
+    starts it with ``--web.enable-remote-write-receiver`` (``tests/helpers/remote_write.py`` pushes to it).
     """
 
     def __init__(
@@ -52,10 +53,12 @@ class PrometheusServer:
         config_override: dict[str, Any] | None = None,
         rules: dict[str, Any] | None = None,
         enable_lifecycle: bool = False,
+        remote_write: bool = False,
     ) -> None:
         self.workdir = workdir
         self.config_path = workdir / "prometheus.yml"
         self.enable_lifecycle = enable_lifecycle
+        self.remote_write = remote_write
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.targets = list(targets)
@@ -101,6 +104,7 @@ class PrometheusServer:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--log.level=warn",
                 *(["--web.enable-lifecycle"] if self.enable_lifecycle else []),
+                *(["--web.enable-remote-write-receiver"] if self.remote_write else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

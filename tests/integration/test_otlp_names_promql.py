@@ -1,15 +1,15 @@
 """The trainer's metrics, configured by their OpenTelemetry names, read per step from a real Prometheus.
 
 Two trainer ranks push ``trainer.tokens`` (a ``Counter`` of ``{token}``), ``trainer.step.duration`` (a ``Histogram`` in
-``s``) and ``trainer.gpu.utilization`` (a ``Gauge`` of unit ``1``) to the collector, which writes them into Prometheus
-as ``trainer_tokens_total``, ``trainer_step_duration_seconds_{bucket,sum,count}`` and ``trainer_gpu_utilization_ratio``
-with one series per rank (``collector/otelcol.yaml``: remote write, resource attributes as labels). Here a small HTTP
-server serves exactly those series (names written out, not computed, and without ``# TYPE`` lines: remote-written
-series have no metadata in Prometheus) and a real Prometheus scrapes it every second. The bridge is configured with
-``otlp:`` entries only and must report the sum over both ranks of what happened in each step.
+``s``) and ``trainer.gpu.utilization`` (a ``Gauge`` of unit ``1``) to the collector, which remote-writes them into
+Prometheus as ``trainer_tokens_total``, ``trainer_step_duration_seconds_{bucket,sum,count}`` and
+``trainer_gpu_utilization_ratio``, one series per rank (``collector/otelcol.yaml``: resource attributes as labels).
+Here a pusher does what the collector does: every 0.25 s it remote-writes both ranks' series, under those names
+(written out, not computed) and without metadata, to a real Prometheus (``--web.enable-remote-write-receiver``). The
+bridge is configured with ``otlp:`` entries and must report the sum over both ranks of what happened in each step.
 
-Each step is quiet for longer than the scrape interval around its changes, so Prometheus' last sample before a
-boundary is the state at the boundary (as in ``test_promql_pipeline.py``).
+Each step is quiet for longer than the push interval around its changes, so the last sample before a boundary is the
+state at the boundary (as in ``test_promql_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -17,22 +17,38 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from otel_bridge import Bridge
-from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.remote_write import push
 
 QUIET_S = 1.5
 STEPS = 3
 BOUNDS = (0.1, 0.5, 1.0)
+PUSH_INTERVAL_S = 0.25
+
+OTLP_METRICS: list[dict[str, Any]] = [
+    {"otlp": {"name": "trainer.tokens", "unit": "{token}", "instrument": "counter"}},
+    {"otlp": {"name": "trainer.step.duration", "unit": "s", "instrument": "histogram"}, "stats": ["count", "sum"]},
+    {
+        "otlp": {"name": "trainer.gpu.utilization", "unit": "1", "instrument": "gauge"},
+        "stats": ["last"],
+        "agg": "max",
+        "alias": "trainer_gpu_utilization_busiest_rank",
+    },
+]
 
 
 class TrainerSeries:
-    """What Prometheus would hold after the collector: one series per rank, named as the collector names them."""
+    """What the collector writes into Prometheus: one series per rank, named as the collector names them."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -40,22 +56,21 @@ class TrainerSeries:
         self.utilization = {0: 0.0, 1: 0.0}
         self.durations: dict[int, list[float]] = {0: [], 1: []}
 
-    def render(self, _request: RecordedRequest) -> Response:
-        lines: list[str] = []
+    def series(self) -> list[tuple[Mapping[str, str], float]]:
+        out: list[tuple[Mapping[str, str], float]] = []
         with self.lock:
             for rank in (0, 1):
-                labels = f'otel_bridge_rank="{rank}",service_name="trainer"'
-                lines.append(f"trainer_tokens_total{{{labels}}} {self.tokens[rank]}")
-                lines.append(f"trainer_gpu_utilization_ratio{{{labels}}} {self.utilization[rank]}")
+                labels = {"otel_bridge_rank": str(rank), "service_name": "trainer", "job": "trainer"}
+                out.append(({**labels, "__name__": "trainer_tokens_total"}, self.tokens[rank]))
+                out.append(({**labels, "__name__": "trainer_gpu_utilization_ratio"}, self.utilization[rank]))
                 observed = self.durations[rank]
+                bucket = {**labels, "__name__": "trainer_step_duration_seconds_bucket"}
                 for bound in BOUNDS:
-                    count = sum(1 for value in observed if value <= bound)
-                    lines.append(f'trainer_step_duration_seconds_bucket{{{labels},le="{bound}"}} {count}')
-                lines.append(f'trainer_step_duration_seconds_bucket{{{labels},le="+Inf"}} {len(observed)}')
-                lines.append(f"trainer_step_duration_seconds_sum{{{labels}}} {sum(observed)}")
-                lines.append(f"trainer_step_duration_seconds_count{{{labels}}} {len(observed)}")
-        body = ("\n".join(lines) + "\n").encode()
-        return Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+                    out.append(({**bucket, "le": str(bound)}, float(sum(1 for v in observed if v <= bound))))
+                out.append(({**bucket, "le": "+Inf"}, float(len(observed))))
+                out.append(({**labels, "__name__": "trainer_step_duration_seconds_sum"}, sum(observed)))
+                out.append(({**labels, "__name__": "trainer_step_duration_seconds_count"}, float(len(observed))))
+        return out
 
     def step(self, step: int) -> None:
         """Both ranks' work of one step, all at once."""
@@ -68,47 +83,112 @@ class TrainerSeries:
             self.durations[1].extend([0.05, 0.8])
 
 
-@pytest.mark.integration
-def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path) -> None:
-    series = TrainerSeries()
-    with ScriptedHTTPServer(series.render) as target:
-        hostport = target.url.split("://", 1)[1].rstrip("/")
-        prometheus = PrometheusServer(tmp_path / "prometheus", [hostport], scrape_interval_s=1.0)
-        try:
-            prometheus.start()
-            prometheus.wait_for_samples("trainer_tokens_total", count=2)
-            config: dict[str, Any] = {
-                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0, "boundary": "samples"},
-                "metrics": [
-                    {"otlp": {"name": "trainer.tokens", "unit": "{token}", "instrument": "counter"}},
-                    {
-                        "otlp": {"name": "trainer.step.duration", "unit": "s", "instrument": "histogram"},
-                        "stats": ["count", "sum"],
-                    },
-                    {
-                        "otlp": {"name": "trainer.gpu.utilization", "unit": "1", "instrument": "gauge"},
-                        "stats": ["last"],
-                        "agg": "max",
-                        "alias": "trainer_gpu_utilization_busiest_rank",
-                    },
-                ],
-                "trackers": [{"type": "jsonl"}],
-                "run": {"name": "otlp-names", "dir": str(tmp_path / "runs")},
-            }
-            with Bridge.from_config(config) as bridge:
-                for step in range(STEPS):
-                    with bridge.step(step):
-                        time.sleep(QUIET_S)
-                        series.step(step)
-                        time.sleep(QUIET_S)
-        finally:
-            prometheus.stop()
+@contextmanager
+def collector(prometheus: PrometheusServer, trainer: TrainerSeries) -> Iterator[None]:
+    """Remote-writes the trainer's series every PUSH_INTERVAL_S until the block ends (bounded by its stop event)."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
 
-    records = [json.loads(line) for line in (bridge.run_dir / "metrics.jsonl").read_text().splitlines()]
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                push(prometheus.url, trainer.series())
+            except (requests.RequestException, RuntimeError) as exc:  # reported below, not lost in the thread
+                failures.append(exc)
+                return
+            stop.wait(PUSH_INTERVAL_S)
+
+    thread = threading.Thread(target=run, name="remote-write", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        assert not failures, failures
+
+
+def wait_for_pushes(prometheus: PrometheusServer, timeout_s: float = 30.0) -> None:
+    """Until Prometheus holds at least two pushes of the trainer's counter (no scrape target: no `up` to wait for)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if prometheus.query("count_over_time(trainer_tokens_total[1m]) >= 2"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no remote-written samples of trainer_tokens_total after {timeout_s}s")
+
+
+def run_steps(config: dict[str, Any], trainer: TrainerSeries, replicas: list[Replica]) -> list[dict[str, Any]]:
+    with Bridge.from_config(config) as bridge:
+        for step in range(STEPS):
+            with bridge.step(step):
+                time.sleep(QUIET_S)
+                trainer.step(step)
+                for replica in replicas:
+                    replica.sim.complete_request(
+                        prompt_tokens=10,
+                        generation_tokens=7 * (step + 1),
+                        ttft_s=0.1,
+                        e2e_s=0.5,
+                        queue_s=0.01,
+                        itl_s=0.02,
+                    )
+                time.sleep(QUIET_S)
+    return [json.loads(line) for line in (bridge.run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def check_trainer_keys(records: list[dict[str, Any]]) -> None:
     assert [record["step"] for record in records] == list(range(STEPS))
     for step, record in enumerate(records):
         assert record["rollout/trainer_tokens_total/delta"] == pytest.approx(150 * (step + 1)), record
         assert record["rollout/trainer_step_duration_seconds/count"] == pytest.approx(3), record
         assert record["rollout/trainer_step_duration_seconds/sum"] == pytest.approx(1.15), record
         assert record["rollout/trainer_gpu_utilization_busiest_rank/last"] == pytest.approx(0.5 + 0.1 * step), record
-        assert record.get("otel_bridge/missing_metrics", 0) == 0, record
+        assert record["otel_bridge/missing_metrics"] == 0, record
+
+
+@pytest.mark.integration
+def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path) -> None:
+    trainer = TrainerSeries()
+    prometheus = PrometheusServer(tmp_path / "prometheus", remote_write=True)
+    try:
+        prometheus.start()
+        with collector(prometheus, trainer):
+            wait_for_pushes(prometheus)
+            config: dict[str, Any] = {
+                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0},  # boundary auto: no target serves them
+                "metrics": OTLP_METRICS,
+                "trackers": [{"type": "jsonl"}],
+                "run": {"name": "otlp-names", "dir": str(tmp_path / "runs")},
+            }
+            records = run_steps(config, trainer, [])
+    finally:
+        prometheus.stop()
+    check_trainer_keys(records)
+
+
+@pytest.mark.integration
+def test_remote_written_trainer_metrics_beside_scraped_rollout_servers(tmp_path: Path, replicas: list[Replica]) -> None:
+    """Prometheus scrapes the vLLM replicas itself (so boundary auto scrapes them at each boundary) while the trainer's
+    series arrive by remote write, from no target: both are read per step."""
+    trainer = TrainerSeries()
+    prometheus = PrometheusServer(
+        tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0, remote_write=True
+    )
+    try:
+        prometheus.start()
+        with collector(prometheus, trainer):
+            prometheus.wait_for_samples("vllm:generation_tokens_total", count=2)
+            wait_for_pushes(prometheus)
+            config: dict[str, Any] = {
+                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0},
+                "metrics": [{"name": "vllm:generation_tokens_total", "type": "counter"}, *OTLP_METRICS],
+                "trackers": [{"type": "jsonl"}],
+                "run": {"name": "mixed", "dir": str(tmp_path / "runs")},
+            }
+            records = run_steps(config, trainer, replicas)
+    finally:
+        prometheus.stop()
+    check_trainer_keys(records)
+    for step, record in enumerate(records):
+        assert record["rollout/vllm/generation_tokens_total/delta"] == pytest.approx(2 * 7 * (step + 1)), record

@@ -178,7 +178,7 @@ class WindowPlan:
         window = self.window
         assert window.start is not None
         within = f"last_over_time({sel}[{promql.duration(window.end - window.start + self.pad_s)}] @ {_at(window.end)})"
-        if not window.final:
+        if not window.final or self.close_at <= window.end:  # no targets known: nothing closes it later (remote write)
             return within
         after = promql.duration(self.close_at - window.end)
         return f"(min_over_time({sel}[{after}] @ {_at(self.close_at)}) or {within})"

@@ -56,6 +56,18 @@ def test_the_last_window_is_closed_by_the_first_sample_after_its_end() -> None:
     )
 
 
+def test_the_last_window_without_known_targets_ends_at_its_end() -> None:
+    """Series that arrive by remote write (no scrape target: closing_s 0) have no later sample to wait for: the last
+    window is read at its end, as the others (it used to ask for a 0 s range, which PromQL refuses)."""
+    final = WindowPlan(
+        QUERIES, StepWindow(3, 1000.0, 1010.0, final=True), increase_queries=[1, 2], pad_s=2.0, closing_s=0
+    )
+    assert final.close_at == 1010.0
+    assert final.expression is not None
+    assert "last_over_time(vllm:generation_tokens_total[12s] @ 1010.000)" in final.expression
+    assert "min_over_time" not in final.expression
+
+
 def test_a_first_window_asks_only_for_gauge_last() -> None:
     first = plan(StepWindow(step=0, start=None, end=1010.0))
     assert set(first.parts) == {"0/last"}

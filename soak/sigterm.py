@@ -66,12 +66,14 @@ def _round(run_dir: Path, start: int, seed: int, rng: random.Random) -> dict[str
             if process.poll() is None:
                 process.kill()
                 process.wait()
+    boundaries = [int(x.split()[1]) for x in lines if x.startswith("boundary ")]
     began = [int(x.split()[1]) for x in lines if x.startswith("begin ")]
     finished = [int(x.split()[1]) for x in lines if x.startswith("finished ")]
     return {
         "start": start,
         "signal_after_finished": after,
         "extra_delay_ms": round(delay_s * 1000, 1),
+        "boundaries": boundaries,
         "began": began,
         "finished": finished,
         "returncode": process.returncode,
@@ -92,6 +94,8 @@ def _check_round(info: dict[str, Any], jsonl: JsonlContents) -> dict[str, Any]:
         outcome = "inside a step (marked interrupted)"
     elif began and began[-1] not in finished:
         outcome = "after a step's block, before it said so"
+    elif info["boundaries"] and info["boundaries"][-1] not in began:
+        outcome = "at a boundary (waiting for room in the step queue, or committing the previous step)"
     return {
         "checks": {
             "exit_status_143": info["returncode"] == 128 + signal.SIGTERM,

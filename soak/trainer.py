@@ -5,8 +5,9 @@
 It continues the run ``sigterm`` under ``RUN_DIR`` (the JSONL tracker appends to the same file) from step ``START``,
 with the bridge's opt-in SIGTERM handling (``run.handle_sigterm: true``). An infrastructure source that is sometimes
 slow (0 to 0.3 s per window, seeded) keeps delivery behind at times, so the signal also lands while a boundary waits
-for room in the step queue (``queue_size: 2``). It writes ``begin N`` on entering step N's block and ``finished N``
-after leaving it, each in one write, so the parent knows which steps began and which ended before the signal.
+for room in the step queue (``queue_size: 2``). It writes ``boundary N`` before step N's boundary, ``begin N`` on
+entering its block and ``finished N`` after leaving it, each in one write, so the parent knows where the signal
+landed: which steps began and which ended before it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bridge = Bridge(config, producers=[SometimesSlowSource(int(seed) + 1)])
     step = int(start)
     while True:
+        _say(f"boundary {step}")  # begin_step may wait here for room in the step queue
         with bridge.step(step):
             _say(f"begin {step}")
             time.sleep(rng.uniform(0, 0.01))

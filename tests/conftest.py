@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -57,9 +59,97 @@ class Replica:
         self.server.stop()
 
 
+WARM_AHEAD = 3  # pairs kept warming: a run of quick tests (test_query's) takes them faster than one is built
+
+
+class WarmPool:
+    """Builds the next (two replicas, a Prometheus scraping them) pair in the background while a test runs.
+
+    Prometheus 2.42 starts scraping new targets only at its scrape manager's first 5 s reload tick, so a pair built
+    when a test asks for it cost that test ~7 s; ~30 tests ask for one.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._built = 0
+        self._executor = ThreadPoolExecutor(max_workers=WARM_AHEAD, thread_name_prefix="warm-prometheus")
+        self._warming: deque[Future[tuple[list[Replica], PrometheusServer]]] = deque()
+        self._lock = threading.Lock()
+
+    def _build(self) -> tuple[list[Replica], PrometheusServer]:
+        with self._lock:
+            self._built += 1
+            number = self._built
+        replicas: list[Replica] = []
+        server: PrometheusServer | None = None
+        try:
+            replicas = [Replica(), Replica()]
+            for attempt in range(3):  # its port was free a moment ago; a server started meanwhile may have taken it
+                server = PrometheusServer(
+                    self._root / f"prometheus-{number}-{attempt}", [r.hostport for r in replicas], scrape_interval_s=1.0
+                )
+                try:
+                    server.start()
+                    break
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+            assert server is not None
+            server.wait_for_samples("vllm:generation_tokens_total", count=2)
+        except BaseException:
+            stop_pair(replicas, server)
+            raise
+        return replicas, server
+
+    def take(self) -> tuple[list[Replica], PrometheusServer]:
+        """A ready pair (built now if none is warm); keeps :data:`WARM_AHEAD` more warming."""
+        if not self._warming:
+            self._warming.append(self._executor.submit(self._build))
+        ready = self._warming.popleft()
+        while len(self._warming) < WARM_AHEAD:
+            self._warming.append(self._executor.submit(self._build))
+        return ready.result()
+
+    def close(self) -> None:
+        for warming in self._warming:
+            if warming.exception() is None:  # a failed build stopped what it started
+                stop_pair(*warming.result())
+        self._executor.shutdown(wait=True)
+
+
+def stop_pair(replicas: list[Replica], server: PrometheusServer | None) -> None:
+    if server is not None:
+        server.stop()
+    for replica in replicas:
+        replica.stop()
+
+
+@pytest.fixture(scope="session")
+def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
+    pool = WarmPool(tmp_path_factory.mktemp("warm"))
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture
-def replicas() -> Iterator[list[Replica]]:
-    """Two simulated vLLM replicas with identical labels (as a real deployment has)."""
+def _prometheus_pair(warm_pool: WarmPool) -> Iterator[tuple[list[Replica], PrometheusServer]]:
+    replicas, server = warm_pool.take()
+    try:
+        yield replicas, server
+    finally:
+        stop_pair(replicas, server)
+
+
+@pytest.fixture
+def replicas(request: pytest.FixtureRequest) -> Iterator[list[Replica]]:
+    """Two simulated vLLM replicas with identical labels (as a real deployment has); with ``prometheus``, the two it
+    scrapes."""
+    if "_prometheus_pair" in request.fixturenames:
+        pair: tuple[list[Replica], PrometheusServer] = request.getfixturevalue("_prometheus_pair")
+        yield pair[0]
+        return
     started: list[Replica] = []
     try:
         for _ in range(2):
@@ -71,12 +161,7 @@ def replicas() -> Iterator[list[Replica]]:
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path, replicas: list[Replica]) -> Iterator[PrometheusServer]:
-    """A real Prometheus scraping both replicas every second."""
-    server = PrometheusServer(tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0)
-    try:
-        server.start()
-        server.wait_for_samples("vllm:generation_tokens_total", count=2)
-        yield server
-    finally:
-        server.stop()
+def prometheus(_prometheus_pair: tuple[list[Replica], PrometheusServer]) -> PrometheusServer:
+    """A real Prometheus scraping both replicas every second (ready: two samples of each, warmed in the background
+    during an earlier test; its history may reach back before this test)."""
+    return _prometheus_pair[1]

@@ -6,6 +6,10 @@ the boundary time itself, so a window ``(start, end]`` uses the boundary snapsho
 one at ``end`` as its last sample, like Prometheus' samples. Window statistics are then computed from those samples with
 the same code as the PromQL path (:mod:`otel_bridge.producers.aggregate`). Every series gets an ``instance`` label
 (``host:port`` of its target), as Prometheus adds, so replicas with identical labels stay apart.
+
+Targets answer on their own (:meth:`ScrapeProducer._scrape_round`): a round never waits for its slowest target, a
+target's scrapes never overlap, and boundaries that queue while the sampler works are served together by its next
+round. A window is computed once every scrape stamped at or before its end has answered or failed.
 """
 
 from __future__ import annotations
@@ -16,45 +20,40 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, Health
-from otel_bridge.producers.aggregate import RawSeries, compute_stats
+from otel_bridge.producers.aggregate import compute_stats
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
+from otel_bridge.producers.snapshots import (
+    Families,
+    RawKey,
+    SeriesKey,
+    Snapshot,
+    boundary_lag,
+    prune,
+    relevant,
+    series,
+)
 from otel_bridge.prometheus.endpoint import MetricsEndpoint
-from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
+from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing
-from otel_bridge.window import Sample, StepWindow
+from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
-
-Families = dict[str, ExpositionFamily]
-_MAX_CACHED_SERIES = 200_000
-SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def _credentials_host(url: str) -> str | None:
     """The host of ``url`` when it carries ``user:password@`` (such a target is refused), else ``None``."""
     authority = url.split("://", 1)[-1].split("/", 1)[0]
     return authority.rsplit("@", 1)[1] if "@" in authority else None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """One scrape round: per target (``host:port``), the wanted families (``None`` where the scrape failed), and when
-    each answer arrived (a boundary scrape stamped ``t`` reaches a busy sampler's targets later)."""
-
-    t: float
-    boundary: bool
-    families: dict[str, Families | None]
-    answered: dict[str, float] = field(default_factory=dict)
 
 
 class ScrapeProducer:
@@ -105,14 +104,15 @@ class ScrapeProducer:
         self._pool = ThreadPoolExecutor(
             max_workers=32, thread_name_prefix="otel-bridge-scrape", initializer=suppress_in_this_thread
         )
-        self._targets_lock = threading.Lock()
+        self._targets_lock = threading.RLock()
         self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
         self._snapshots: list[Snapshot] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._series_keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], SeriesKey] = {}
+        self._series_keys: dict[RawKey, SeriesKey] = {}
         self._last_answer: dict[str, Snapshot] = {}
+        self._waiting: dict[str, list[Snapshot]] = {}  # a target scraping now: the rounds waiting for its next scrape
         self.set_targets(targets)
 
     def _wanted_names(self) -> set[str]:
@@ -162,6 +162,10 @@ class ScrapeProducer:
     def start(self) -> None:
         """Scrape once to resolve metric types, then start the sampler thread."""
         first = self._scrape_round(time.time(), boundary=False)
+        if first is None:
+            raise ScrapeError("the scrape producer was closed before it started")
+        with self._cond:
+            self._cond.wait_for(lambda: not first.pending)
         unreachable = [instance for instance, families in first.families.items() if families is None]
         if first.families and len(unreachable) == len(first.families):
             message = f"none of the {len(unreachable)} scrape target(s) answered: {', '.join(unreachable)}"
@@ -203,18 +207,56 @@ class ScrapeProducer:
         while True:
             timeout = max(0.0, next_sample - time.monotonic()) if self._sample_interval_s > 0 else None
             try:
-                t = self._boundaries.get(timeout=timeout)
+                first = self._boundaries.get(timeout=timeout)
             except queue.Empty:
                 snapshot = self._scrape_round(time.time(), boundary=False)
-                next_sample = time.monotonic() + self._sample_interval_s
-            else:
-                if t is None:
+                if snapshot is None:
                     return
-                snapshot = self._taken_since(t) or self._scrape_round(t, boundary=True)
-            with self._cond:
-                self._snapshots.append(snapshot)
-                self._snapshots.sort(key=lambda s: s.t)
-                self._cond.notify_all()
+                self._keep([snapshot])
+                next_sample = time.monotonic() + self._sample_interval_s
+                continue
+            pending = self._pending([first])
+            if pending is None:
+                return
+            snapshots = self._at_boundaries(pending)
+            if snapshots is None:
+                return
+            self._keep(snapshots)
+
+    def _pending(self, boundaries: list[float | None]) -> list[float] | None:
+        """Every boundary queued by now (``None`` once :meth:`close` was called): the boundaries that queued while a
+        round ran (steps shorter than a round, e.g. a target trickling until ``scrape.timeout_s``) are served by the
+        next round together instead of one round each, a backlog that grew without bound."""
+        while True:
+            try:
+                boundaries.append(self._boundaries.get_nowait())
+            except queue.Empty:
+                break
+        if None in boundaries:
+            return None
+        return sorted(t for t in boundaries if t is not None)
+
+    def _at_boundaries(self, boundaries: list[float]) -> list[Snapshot] | None:
+        """One boundary snapshot per boundary: the first in-step sample taken after it where there is one
+        (:meth:`_taken_since`), else one fresh round shared by the boundaries left. A boundary served late is read
+        late, by what ``boundary_lag_s`` reports; counts are neither lost nor counted twice."""
+        snapshots: list[Snapshot] = []
+        fresh: Snapshot | None = None
+        for t in boundaries:
+            taken = self._taken_since(t)
+            if taken is None:
+                fresh = fresh or self._scrape_round(t, boundary=True)
+                if fresh is None:
+                    return None
+                taken = replace(fresh, t=t)
+            snapshots.append(taken)
+        return snapshots
+
+    def _keep(self, snapshots: list[Snapshot]) -> None:
+        with self._cond:
+            self._snapshots.extend(snapshots)
+            self._snapshots.sort(key=lambda s: s.t)
+            self._cond.notify_all()
 
     def _taken_since(self, t: float) -> Snapshot | None:
         """The first in-step sample taken after the boundary ``t``, taken out to stand for the boundary, if the
@@ -228,14 +270,61 @@ class ScrapeProducer:
             taken = self._snapshots.pop(index)
         return replace(taken, t=t, boundary=True)
 
-    def _scrape_round(self, t: float, *, boundary: bool) -> Snapshot:
+    def _scrape_round(self, t: float, *, boundary: bool) -> Snapshot | None:
+        """Ask every target at once without waiting for their answers (``None`` once the producer is closed).
+
+        A target still busy with an earlier round's scrape (a slow or trickling one, until ``scrape.timeout_s``) is
+        asked again as soon as that scrape ends, once for all the rounds that came meanwhile: its scrapes never
+        overlap, so its answers arrive in the order of the rounds' times, and the round does not wait for it, so one
+        slow target never delays the healthy ones' readings.
+        """
         with self._targets_lock:
-            endpoints = list(self._endpoints)
-            instances = dict(self._instances)
-        results = list(self._pool.map(lambda e: self._timed_scrape(e, instances[e.url]), endpoints))
-        families = {instances[e.url]: r[0] for e, r in zip(endpoints, results, strict=True)}
-        answered = {instances[e.url]: r[1] for e, r in zip(endpoints, results, strict=True)}
-        return Snapshot(t=t, boundary=boundary, families=families, answered=answered)
+            if self._closed:
+                return None
+            snapshot = Snapshot(t=t, boundary=boundary, families={})
+            for endpoint in self._endpoints:
+                instance = self._instances[endpoint.url]
+                snapshot.families[instance] = None
+                snapshot.pending.add(instance)
+                if endpoint.url in self._waiting:
+                    self._waiting[endpoint.url].append(snapshot)
+                else:
+                    self._start_scrape(endpoint, instance, [snapshot])
+        return snapshot
+
+    def _start_scrape(self, endpoint: MetricsEndpoint, instance: str, snapshots: list[Snapshot]) -> None:
+        """Scrape ``endpoint`` once for ``snapshots``; the rounds meanwhile wait in ``_waiting`` (targets lock held;
+        it is reentrant because the answer may come, and take it, before ``add_done_callback`` returns)."""
+        self._waiting[endpoint.url] = []
+        future = self._pool.submit(self._timed_scrape, endpoint, instance)
+        future.add_done_callback(functools.partial(self._answer, endpoint, instance, snapshots))
+
+    def _answer(
+        self,
+        endpoint: MetricsEndpoint,
+        instance: str,
+        snapshots: list[Snapshot],
+        future: Future[tuple[Families | None, float]],
+    ) -> None:
+        if future.cancelled() or future.exception() is not None:  # the pool shut down at close()
+            families, answered = None, time.time()
+        else:
+            families, answered = future.result()
+        self._resolve(instance, snapshots, families, answered)
+        with self._targets_lock:
+            waiting = self._waiting.pop(endpoint.url, [])
+            if waiting and not self._closed and self._instances.get(endpoint.url) == instance:
+                self._start_scrape(endpoint, instance, waiting)
+                return
+        self._resolve(instance, waiting, None, time.time())  # closed, or the target left
+
+    def _resolve(self, instance: str, snapshots: list[Snapshot], families: Families | None, answered: float) -> None:
+        with self._cond:
+            for snapshot in snapshots:
+                snapshot.families[instance] = families
+                snapshot.answered[instance] = answered
+                snapshot.pending.discard(instance)
+            self._cond.notify_all()
 
     def _timed_scrape(self, endpoint: MetricsEndpoint, instance: str) -> tuple[Families | None, float]:
         families = self._scrape_one(endpoint, instance)
@@ -274,9 +363,16 @@ class ScrapeProducer:
         return families
 
     def _wait_for_boundary(self, t: float) -> bool:
+        """Wait until the boundary snapshot at ``t`` exists and every scrape stamped at or before ``t`` has answered or
+        failed (a window's baseline and samples must not change under it)."""
         deadline = time.monotonic() + self._produce_timeout_s
+
+        def ready() -> bool:
+            at = any(s.boundary and s.t == t for s in self._snapshots)
+            return at and not any(s.pending for s in self._snapshots if s.t <= t)
+
         with self._cond:
-            while not any(s.boundary and s.t == t for s in self._snapshots):
+            while not ready():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     return False
@@ -291,11 +387,11 @@ class ScrapeProducer:
                 "check that the targets answer within scrape.timeout_s"
             )
         with self._cond:
-            relevant = self._relevant(window)
+            used = relevant(self._snapshots, self._last_answer, window)
             if window.start is not None:  # a later window may start anywhere from here on (a phase of this step)
-                self._prune(window.start)
-        self._health.set(BOUNDARY_LAG, _boundary_lag(relevant, window))
-        by_name = self._series(relevant)
+                prune(self._snapshots, self._last_answer, window.start)
+        self._health.set(BOUNDARY_LAG, boundary_lag(used, window))
+        by_name = series(used, self._series_keys)
         metrics = []
         missing = []
         for query in self._queries:
@@ -313,73 +409,12 @@ class ScrapeProducer:
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) whose latest scrape failed."""
         with self._cond:
-            latest = self._snapshots[-1] if self._snapshots else None
+            latest = next((s for s in reversed(self._snapshots) if not s.pending), None)
         return sorted(i for i, f in latest.families.items() if f is None) if latest is not None else []
-
-    def _relevant(self, window: StepWindow) -> list[Snapshot]:
-        """The snapshots bounding and inside ``window``, in time order.
-
-        The baseline is the last snapshot at or before the start; a target that did not answer it is represented by
-        its latest earlier answer (kept when older snapshots are pruned), so what it counted while unreachable lands
-        in the window where it answers again instead of being lost.
-        """
-        snapshots = [s for s in self._snapshots if s.t <= window.end]
-        if window.start is None:
-            return snapshots[-1:]
-        start = window.start
-        before = [s for s in snapshots if s.t <= start]
-        base = before[-1:]
-        if base:
-            for instance, families in base[0].families.items():
-                if families is not None:
-                    continue
-                older = next((s for s in reversed(before) if s.families.get(instance) is not None), None)
-                if older is None and instance in self._last_answer:
-                    older = self._last_answer[instance]
-                if older is not None:
-                    base.insert(0, Snapshot(t=older.t, boundary=False, families={instance: older.families[instance]}))
-        return sorted(base, key=lambda s: s.t) + [s for s in snapshots if s.t > start]
-
-    def _prune(self, start: float) -> None:
-        """Drop snapshots no later window can use: everything before the last one at or before ``start``, keeping
-        each target's latest answer among them. Windows are asked for in the order of their starts (a step's, then
-        its phases'), so a later one never starts before ``start``."""
-        keep_from = 0
-        for index, snapshot in enumerate(self._snapshots):
-            if snapshot.t <= start:
-                keep_from = index
-        for snapshot in self._snapshots[:keep_from]:
-            for instance, families in snapshot.families.items():
-                if families is not None:
-                    self._last_answer[instance] = Snapshot(t=snapshot.t, boundary=False, families={instance: families})
-        del self._snapshots[:keep_from]
-
-    def _series(self, snapshots: Sequence[Snapshot]) -> dict[str, list[RawSeries]]:
-        """The samples of every series in ``snapshots``, grouped by sample name."""
-        keys = self._series_keys
-        samples: dict[SeriesKey, list[Sample]] = {}
-        for snapshot in snapshots:
-            for instance, families in snapshot.families.items():
-                if families is None:
-                    continue
-                for family in families.values():
-                    for sample in family.samples:
-                        raw = (instance, sample.name, tuple(sample.labels.items()))
-                        key = keys.get(raw)
-                        if key is None:
-                            labels = {**sample.labels, "instance": instance}
-                            key = keys[raw] = (sample.name, tuple(sorted(labels.items())))
-                        samples.setdefault(key, []).append((snapshot.t, sample.value))
-        if len(keys) > _MAX_CACHED_SERIES:  # series churn (restarts, new label values): start afresh
-            keys.clear()
-        by_name: dict[str, list[RawSeries]] = {}
-        for (name, label_items), points in samples.items():
-            by_name.setdefault(name, []).append(RawSeries(name=name, labels=dict(label_items), samples=points))
-        return by_name
 
     def close(self) -> None:
         """Stop the sampler thread and close the HTTP sessions."""
-        with self._cond:
+        with self._targets_lock, self._cond:  # no round submits to the pool once it is shut down
             self._closed = True
             self._cond.notify_all()
         self._boundaries.put(None)
@@ -388,27 +423,3 @@ class ScrapeProducer:
         self._pool.shutdown(wait=False, cancel_futures=True)
         for endpoint in self._endpoints:
             endpoint.close()
-
-
-def _boundary_lag(snapshots: Sequence[Snapshot], window: StepWindow) -> float:
-    """The largest distance between a boundary of ``window`` and the scrape that stands for it, over every target.
-
-    For a target that answered the boundary scrape: how long after the boundary its answer arrived (a few ms; more
-    when the sampler runs behind, e.g. on a loaded machine with short steps or phases). A target whose boundary
-    scrape failed is represented by its latest earlier scrape: how long before the boundary that was.
-    """
-    lag = 0.0
-    for boundary in (window.start, window.end):
-        if boundary is None:
-            continue
-        at = next((s for s in snapshots if s.boundary and s.t == boundary), None)
-        if at is None:
-            continue
-        for instance, families in at.families.items():
-            if families is not None:
-                lag = max(lag, at.answered.get(instance, boundary) - boundary)
-                continue
-            earlier = [s.t for s in snapshots if s.t <= boundary and s.families.get(instance) is not None]
-            if earlier:
-                lag = max(lag, boundary - max(earlier))
-    return lag

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,11 @@ def _scrape_run(tmp_path: Path, name: str, server: GuardedMetrics, auth: dict[st
     scrape = {"targets": [f"127.0.0.1:{server.server.port}"], "sample_interval_s": 0, "timeout_s": 2, "auth": auth}
     with Bridge.from_config(base_config(tmp_path, name, scrape=scrape, metrics=METRICS), backends=[collecting]) as b:
         for step in range(3):
-            with b.step(step):
-                pass
+            before = server.value
+            with b.step(step):  # the step ends after its start boundary's scrape: one authorised answer each
+                deadline = time.monotonic() + 10
+                while server.value == before and time.monotonic() < deadline:
+                    time.sleep(0.01)
             b.collect(step)
     return collecting.by_step()
 

@@ -1,0 +1,93 @@
+"""One scrape target trickling its answer among healthy ones, with steps much shorter than ``scrape.timeout_s``.
+
+Every scrape round waits for its slowest target (the trickler, cut at ``scrape.timeout_s``), and the sampler used to
+take one round per boundary in order: with steps shorter than a round, the boundaries queued without bound, the
+steps' readings missed their deadline one after another, and the healthy replicas were blanked out with the
+trickler (issue 14 point 1; the soak saw 0 of 50 records with readings during a trickle). Boundaries that queue while
+a round runs are now served by the next round together: each is read late by what the record's
+``otel_bridge/boundary_lag_s`` says, and nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from otel_bridge import Bridge
+from otel_bridge.health import BOUNDARY_LAG, SCRAPE_ERRORS
+from tests.conftest import Replica
+from tests.faults.support import CollectingBackend, base_config
+from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning"),  # the sampler crashed at close
+]
+
+DELTA = "rollout/vllm/generation_tokens_total/delta"
+METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]}]
+STEPS = 24
+TIMEOUT_S = 1.0
+
+
+@pytest.fixture
+def trickler() -> Iterator[ScriptedHTTPServer]:
+    def handle(request: RecordedRequest) -> Response:
+        return Response(body=b"# TYPE vllm:generation_tokens_total counter\n", trickle_s=2.0)
+
+    server = ScriptedHTTPServer(handle)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_a_trickling_target_never_blanks_out_the_healthy_ones(
+    tmp_path: Path, replicas: list[Replica], trickler: ScriptedHTTPServer
+) -> None:
+    a, b = replicas
+    collecting = CollectingBackend()
+    scrape = {
+        "targets": [a.url, b.url, trickler.url],
+        "sample_interval_s": 0.25,
+        "timeout_s": TIMEOUT_S,
+    }
+    config = base_config(tmp_path, "trickle", scrape=scrape, metrics=METRICS)
+    generated = 0
+    with Bridge.from_config(config, backends=[collecting]) as bridge:
+        scrapes = [a.scrapes, b.scrapes]
+        bridge.begin_step(0)
+        before = a.sim.totals()["vllm:generation_tokens_total"] + b.sim.totals()["vllm:generation_tokens_total"]
+        # the run's first boundary read before any token (what comes before it is in no step): the next scrape of
+        # each healthy replica after an in-step sample possibly under way
+        a.wait_for_scrapes(scrapes[0] + 2)
+        b.wait_for_scrapes(scrapes[1] + 2)
+        for step in range(STEPS):
+            if step:
+                bridge.begin_step(step)
+            time.sleep(0.05)
+            for replica in (a, b):
+                replica.sim.complete_request(
+                    prompt_tokens=4, generation_tokens=10 + step, ttft_s=0.01, e2e_s=0.02, queue_s=0.0, itl_s=0.001
+                )
+                generated += 10 + step
+            time.sleep(0.05)
+            bridge.end_step(step)
+    after = a.sim.totals()["vllm:generation_tokens_total"] + b.sim.totals()["vllm:generation_tokens_total"]
+    assert after - before == generated
+    received = collecting.by_step()
+    assert sorted(received) == list(range(STEPS))
+    without = [step for step in range(STEPS) if DELTA not in received[step]]
+    assert not without, f"steps without the healthy replicas' readings: {without}"
+    deltas = [received[step][DELTA] for step in range(STEPS)]
+    assert sum(deltas) == generated, (deltas, [received[step].get(BOUNDARY_LAG) for step in range(STEPS)])
+    hostport = trickler.url.split("//")[1].rstrip("/")
+    names = (hostport, hostport.replace(":", "_"))
+    last = received[STEPS - 1]
+    trickler_errors = [v for k, v in last.items() if k.startswith(SCRAPE_ERRORS) and any(n in k for n in names)]
+    assert trickler_errors, last
+    assert trickler_errors[0] > 0, last
+    assert all(BOUNDARY_LAG in received[step] for step in range(STEPS))

@@ -53,6 +53,7 @@ from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue, ranges
 from otel_bridge.suppression import instrumentation_suppressed
+from otel_bridge.teardown import run_within
 from otel_bridge.tracing import build_step_tracer
 from otel_bridge.trainer_values import check_keys, check_step, trainer_numbers
 from otel_bridge.window import StepWindow
@@ -395,14 +396,16 @@ class Bridge(PhaseMarks):
                 timeout,
                 ranges(unassembled) or "the step being assembled",
             )
-        self._close_producers()
+        abandoned = run_within([("the infrastructure sources' close", self._close_producers)], deadline)
         self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
+        teardown = [("the trainer's /metrics endpoint", self._extra.close)]
         if not self.reader.is_shutdown:  # else the MeterProvider's shutdown() is what closes this bridge
-            self._provider.shutdown()
-        self._extra.close()
-        if self._tracer is not None:
-            self._tracer.close(max(0.0, deadline - time.monotonic()))
-        self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled))
+            pushes = " (otel.otlp's final export)" if self.config.otel.otlp.enabled else ""
+            teardown.insert(0, (f"the MeterProvider's shutdown{pushes}", self._provider.shutdown))
+        if (tracer := self._tracer) is not None:
+            teardown.append(("the traces' final export (otel.otlp)", lambda: tracer.close(deadline - time.monotonic())))
+        abandoned += run_within(teardown, deadline)
+        self._report = DeliveryReport(tuple(self.exporter.delivery_status()), tuple(unassembled), abandoned)
         return self._report
 
     def _close_on_shutdown(self, timeout_s: float) -> None:

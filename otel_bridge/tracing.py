@@ -97,7 +97,7 @@ class StepTracer:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Export what is pending (up to ``timeout_s``) and stop the exporter."""
-        self._provider.force_flush(int(timeout_s * 1000))
+        self._provider.force_flush(max(0, int(timeout_s * 1000)))
         self._provider.shutdown()
 
 

@@ -34,6 +34,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.build",
             "otel_bridge.records",
             "otel_bridge.signals",
+            "otel_bridge.teardown",
             "otel_bridge.meter_provider",
             "otel_bridge.step_queue",
             "otel_bridge.bridge_phases",

@@ -48,15 +48,17 @@ class DeliveryStatus:
 
 @dataclass(frozen=True, slots=True)
 class DeliveryReport:
-    """What :meth:`Bridge.close` could deliver: per backend, and the steps never assembled."""
+    """What :meth:`Bridge.close` could deliver: per backend, the steps never assembled, and the teardown parts left
+    running at the deadline (e.g. the MeterProvider's shutdown whose final OTLP export a collector never answered)."""
 
     backends: tuple[DeliveryStatus, ...]
     unassembled_steps: tuple[int, ...]
+    abandoned: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
-        """Every step reached every backend."""
-        return not self.unassembled_steps and all(b.complete for b in self.backends)
+        """Every step reached every backend, and the teardown finished in time."""
+        return not self.unassembled_steps and not self.abandoned and all(b.complete for b in self.backends)
 
 
 class BackendWorker:

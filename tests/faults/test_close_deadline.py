@@ -13,6 +13,7 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.exporters.record import StepRecord
 from tests.faults.support import CollectingBackend, base_config
+from tests.helpers.http_servers import Response, ScriptedHTTPServer
 
 
 class HangingCloseBackend(CollectingBackend):
@@ -86,3 +87,25 @@ def test_a_backend_raising_base_exception_is_reported_and_close_is_prompt(tmp_pa
     assert status["exiting"].pending_steps == ()
     assert sorted(healthy.by_step()) == [0, 1, 2]
     assert bridge.health.counter("otel_bridge/backend_errors", labels={"backend": "exiting"}) == 6
+
+
+def test_a_hanging_otlp_collector_does_not_hold_close_past_its_deadline(tmp_path: Path) -> None:
+    """The trainer's instruments pushed over OTLP to a collector that accepts and never answers: the SDK's final
+    export at shutdown waits ``otel.otlp.timeout_s`` (here 20 s); ``close()`` returns by its own deadline with every
+    record delivered, and the report names the teardown it left behind."""
+    with ScriptedHTTPServer(lambda _request: Response(hang=True)) as collector:
+        otel = {"otlp": {"enabled": True, "endpoint": f"{collector.url}/v1/metrics", "interval_s": 60, "timeout_s": 20}}
+        healthy = CollectingBackend()
+        bridge = Bridge.from_config(base_config(tmp_path, "otlp", otel=otel), backends=[healthy])
+        bridge.meter("trainer").create_counter("trainer.tokens").add(5)
+        _run(bridge, 3)
+        started = time.monotonic()
+        report = bridge.close(timeout_s=1.5)
+        elapsed = time.monotonic() - started
+    assert elapsed < 2.5, elapsed
+    assert sorted(healthy.by_step()) == [0, 1, 2]
+    assert report.abandoned == (
+        "the MeterProvider's shutdown (otel.otlp's final export)",
+        "the traces' final export (otel.otlp)",
+    )
+    assert not report.complete

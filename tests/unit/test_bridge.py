@@ -154,11 +154,13 @@ def test_missing_metric_is_named_once_and_counted(
         {"name": "vllm:generation_tokens_totl", "type": "counter"},
     ]
     with Bridge.from_config(scrape_config(tmp_path, replica, metrics)) as bridge:
-        base = replica.scrapes  # sample_interval_s=0: from here on, one scrape per boundary
+        base = replica.scrapes  # sample_interval_s=0: from here on, one scrape per boundary waited for
         for step in range(4):
             with bridge.step(step):
                 replica.wait_for_scrapes(base + 2 * step + 1)  # this step's start boundary was scraped
                 request(replica, 3)
+            # its end boundary too, before the next step begins (two boundaries queued together share a scrape)
+            replica.wait_for_scrapes(base + 2 * step + 2)
         records = [bridge.collect(s) for s in range(4)]
     assert all(r["otel_bridge/missing_metrics"] == 1 for r in records)
     assert all(r["rollout/vllm/generation_tokens_total/delta"] == 3 for r in records)

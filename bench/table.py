@@ -91,19 +91,26 @@ def render() -> str:
         out.append("")
     overhead = _load("overhead")
     if overhead:
-        row = overhead["rows"][0]
-        o, p = row["bridge_us"], row["plain_dict_us"]
         out += [
-            "**Trainer-side overhead** (per step: 100 counter adds + `bridge.log` of 100 keys vs plain dict updates)",
+            "**Trainer-side overhead** (per step on the training thread: 100 counter adds + `bridge.log` of 100 keys)",
             "",
-            "| | p50 (µs) | p99 (µs) | mean (µs) |",
-            "|---|---|---|---|",
-            f"| otel-bridge | {o['p50']:.0f} (adds {row['counter_adds_us_p50']:.0f} + log {row['log_us_p50']:.0f}) "
-            f"| {o['p99']:.0f} | {o['mean']:.0f} |",
-            f"| plain dict | {p['p50']:.1f} | {p['p99']:.1f} | {p['mean']:.1f} |",
-            f"| ratio | {row['ratio_p50']:.0f}x | | {row['ratio_mean']:.0f}x |",
-            "",
+            "| case | p50 (µs) | p99 (µs) | max (µs) | p99/p50 | thread CPU p50 (µs) | process CPU/step (ms) | GCs "
+            "(gen 2) | longest GC (ms) | p99 of steps without a GC (µs) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
+        for row in overhead["rows"]:
+            t = row["trainer_us"]
+            if "gc" not in row:
+                out.append(f"| {row['case']} | {t['p50']:.1f} | {t['p99']:.1f} | {t['max']:.1f} | | | | | | |")
+                continue
+            g = row["gc"]
+            out.append(
+                f"| {row['case']} | {t['p50']:.0f} | {t['p99']:.0f} | {t['max']:.0f} | {row['p99_over_p50']:.1f} "
+                f"| {row['trainer_thread_cpu_us_p50']:.0f} | {row['process_cpu_ms_per_step_mean']:.2f} "
+                f"| {g['collections']} ({g['by_generation']['2']}) | {g['longest_ms']:.1f} "
+                f"| {g['p99_us_of_steps_without']:.0f} |"
+            )
+        out.append("")
     return "\n".join(out)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import signal
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -72,6 +74,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         )
     interactive = out.isatty()
     coloured = use_colour(out)
+    if threading.current_thread() is threading.main_thread():
+        # "Ctrl-C to stop" is this command's contract: a Python started with SIGINT ignored (a job put in the
+        # background of a script) installs no KeyboardInterrupt handler, and Ctrl-C would do nothing
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="otel-bridge-tail-") as tmp:
         config = config.model_copy(update={"trackers": [], "run": RunConfig(name="tail", dir=Path(tmp))})
         bridge = Bridge.from_config(config)

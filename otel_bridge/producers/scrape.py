@@ -232,9 +232,8 @@ class ScrapeProducer:
                 boundaries.append(self._boundaries.get_nowait())
             except queue.Empty:
                 break
-        if None in boundaries:
-            return None
-        return sorted(t for t in boundaries if t is not None)
+        times = [t for t in boundaries if t is not None]
+        return None if len(times) < len(boundaries) else sorted(times)
 
     def _at_boundaries(self, boundaries: list[float]) -> list[Snapshot] | None:
         """One boundary snapshot per boundary: the first in-step sample taken after it where there is one

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from otel_bridge import Bridge
 from otel_bridge.exporters.record import StepRecord
 
 
@@ -98,3 +99,13 @@ def count_logs(caplog: pytest.LogCaptureFixture, text: str, level: int = logging
 def rollout_keys(values: dict[str, float]) -> list[str]:
     """The infrastructure keys of a record."""
     return [k for k in values if k.startswith("rollout/")]
+
+
+def run_steps(bridge: Bridge, steps: int, *, collect: bool = False) -> None:
+    """Steps ``0 .. steps-1``, each a ``with bridge.step(n)`` block logging ``actor/loss = n``; with ``collect``, each
+    step's record is waited for before the next step begins."""
+    for step in range(steps):
+        with bridge.step(step):
+            bridge.log({"actor/loss": float(step)}, step=step)
+        if collect:
+            bridge.collect(step)

@@ -12,7 +12,7 @@ import pytest
 
 from otel_bridge import Bridge
 from otel_bridge.exporters.record import StepRecord
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import CollectingBackend, base_config, run_steps
 from tests.helpers.http_servers import Response, ScriptedHTTPServer
 
 
@@ -47,17 +47,11 @@ class ExitingBackend:
         """Nothing to release."""
 
 
-def _run(bridge: Bridge, steps: int) -> None:
-    for step in range(steps):
-        with bridge.step(step):
-            bridge.log({"actor/loss": float(step)}, step=step)
-
-
 def test_a_hanging_backend_close_does_not_hold_close_past_its_deadline(tmp_path: Path) -> None:
     hanging, healthy = HangingCloseBackend(), CollectingBackend()
     bridge = Bridge.from_config(base_config(tmp_path, "hang"), backends=[hanging, healthy])
     try:
-        _run(bridge, 3)
+        run_steps(bridge, 3)
         started = time.monotonic()
         report = bridge.close(timeout_s=1.5)
         elapsed = time.monotonic() - started
@@ -77,7 +71,7 @@ def test_a_backend_raising_base_exception_is_reported_and_close_is_prompt(tmp_pa
     healthy = CollectingBackend()
     config = base_config(tmp_path, "exit", delivery={"backend_retries": 1, "backend_backoff_s": 0.05})
     bridge = Bridge.from_config(config, backends=[ExitingBackend(error), healthy])
-    _run(bridge, 3)
+    run_steps(bridge, 3)
     started = time.monotonic()
     report = bridge.close(timeout_s=10)
     elapsed = time.monotonic() - started
@@ -98,7 +92,7 @@ def test_a_hanging_otlp_collector_does_not_hold_close_past_its_deadline(tmp_path
         healthy = CollectingBackend()
         bridge = Bridge.from_config(base_config(tmp_path, "otlp", otel=otel), backends=[healthy])
         bridge.meter("trainer").create_counter("trainer.tokens").add(5)
-        _run(bridge, 3)
+        run_steps(bridge, 3)
         started = time.monotonic()
         report = bridge.close(timeout_s=1.5)
         elapsed = time.monotonic() - started

@@ -19,7 +19,7 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.health import SCRAPE_ERRORS
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend, base_config, count_logs
+from tests.faults.support import CollectingBackend, base_config, count_logs, run_steps
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -174,10 +174,7 @@ def test_flapping_endpoint_is_logged_once(
         hostport = server.url.split("//", 1)[1]
         config = scrape_config(tmp_path, "flapping", {"targets": [f"{server.url}/metrics"]})
         with Bridge.from_config(config, backends=[collecting]) as bridge:
-            for step in range(10):
-                with bridge.step(step):
-                    bridge.log({"actor/loss": float(step)}, step=step)
-                bridge.collect(step)
+            run_steps(bridge, 10, collect=True)
             errors = bridge.health.counter(SCRAPE_ERRORS, {"instance": hostport})
         failed = len(server.requests) // 2
     assert errors == failed
@@ -227,9 +224,6 @@ def test_a_late_boundary_scrape_is_reported_as_the_boundary_lag(tmp_path: Path, 
     with ScriptedHTTPServer(slow) as server:
         config = scrape_config(tmp_path, "late", {"targets": [f"{server.url}/metrics"]})
         with Bridge.from_config(config, backends=[collecting]) as bridge:
-            for step in range(2):
-                with bridge.step(step):
-                    bridge.log({"actor/loss": float(step)}, step=step)
-                bridge.collect(step)
+            run_steps(bridge, 2, collect=True)
     lags = [values["otel_bridge/boundary_lag_s"] for _, values in sorted(collecting.by_step().items())]
     assert all(0.4 <= lag < 2.0 for lag in lags), lags

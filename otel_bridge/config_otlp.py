@@ -3,6 +3,12 @@
 The trainer's instruments reach Prometheus through the collector renamed (``trainer.tokens`` counting ``{token}``
 becomes ``trainer_tokens_total``); this entry names them as the trainer wrote them, and the bridge queries the name the
 collector gives them (:mod:`otel_bridge.prometheus.otlp_names`), summed over every rank that pushes them.
+
+The entry mirrors the exporter's naming settings. otelcol-contrib v0.136.0's ``prometheusremotewrite`` exporter has
+``add_metric_suffixes`` only (``translation_strategy`` came to it in 2026, contrib PR #47714); its ``prometheus``
+exporter also has ``translation_strategy`` (since v0.132.0: the ``exporter.prometheusexporter.DisableAddMetricSuffixes``
+gate registered with it, ``internal/metadata/generated_feature_gates.go`` at commit 40c9eb77, is alpha, i.e. off, in
+v0.136), and an explicit strategy wins over ``add_metric_suffixes``.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from otel_bridge.prometheus.otlp_names import Instrument, prometheus_name
+from otel_bridge.prometheus.otlp_names import ESCAPING_STRATEGIES, Instrument, TranslationStrategy, prometheus_name
 from otel_bridge.prometheus.promql import METRIC_NAME
 
 __all__ = ["OTLPInstrumentConfig"]
@@ -34,10 +40,27 @@ class OTLPInstrumentConfig(BaseModel):
     namespace: str = Field(
         "", description="The collector exporter's `namespace`, if it sets one (the shipped config does not)."
     )
+    add_metric_suffixes: bool = Field(
+        True, description="The collector exporter's `add_metric_suffixes` (true by default: unit, _total and _ratio)."
+    )
+    translation_strategy: TranslationStrategy | None = Field(
+        None,
+        description=(
+            "The `prometheus` exporter's `translation_strategy`, if it sets one (it then wins over "
+            "add_metric_suffixes): UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes."
+        ),
+    )
 
     @model_validator(mode="after")
     def _translatable(self) -> Self:
-        translated = prometheus_name(self.name, self.unit, self.instrument, self.namespace)
+        strategy = self.translation_strategy
+        if strategy is not None and strategy not in ESCAPING_STRATEGIES:
+            raise ValueError(
+                f"translation_strategy {strategy} keeps the name's dots (a UTF-8 metric name), which the bridge does "
+                "not query: use UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes in the exporter "
+                "and here"
+            )
+        translated = self.prometheus_name
         if not METRIC_NAME.fullmatch(translated):
             raise ValueError(
                 f"namespace {self.namespace!r} makes {translated!r}, not a valid Prometheus metric name: use letters, "
@@ -46,6 +69,13 @@ class OTLPInstrumentConfig(BaseModel):
         return self
 
     @property
+    def suffixes(self) -> bool:
+        """Whether the exporter adds unit and type suffixes: the strategy's choice if one is set."""
+        if self.translation_strategy is not None:
+            return ESCAPING_STRATEGIES.get(self.translation_strategy, True)
+        return self.add_metric_suffixes
+
+    @property
     def prometheus_name(self) -> str:
         """The metric name in Prometheus (a histogram's series add ``_bucket``, ``_sum``, ``_count``)."""
-        return prometheus_name(self.name, self.unit, self.instrument, self.namespace)
+        return prometheus_name(self.name, self.unit, self.instrument, self.namespace, self.suffixes)

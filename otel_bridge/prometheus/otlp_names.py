@@ -2,10 +2,11 @@
 
 The trainer's instruments reach Prometheus over OTLP, through ``collector/otelcol.yaml``'s ``prometheusremotewrite``
 exporter (otelcol-contrib v0.136.0; its ``prometheus`` exporter names them the same). Both build the name with
-``otlptranslator.MetricNamer{WithMetricSuffixes: add_metric_suffixes, Namespace: namespace}`` from
-github.com/prometheus/otlptranslator (v0.0.2 in that release; ``metric_namer.go`` and ``unit_namer.go`` are
-unchanged in v1.0.0), with ``add_metric_suffixes`` true by default. This module is that function, for the
-underscore-escaping, with-suffixes strategy, so a config can name a trainer metric by its OpenTelemetry name:
+``otlptranslator.MetricNamer{WithMetricSuffixes: ..., Namespace: namespace}`` from github.com/prometheus/otlptranslator
+(``metric_namer.go``, read at commit 0d792268; contrib's ``pkg/translator/prometheusremotewrite/metrics_to_prw_v2.go``,
+read at commit 071a999c, passes ``WithMetricSuffixes: settings.AddMetricSuffixes``). This module is that function, for
+the underscore-escaping strategies. With suffixes (``add_metric_suffixes: true``, the default, or the ``prometheus``
+exporter's ``translation_strategy: UnderscoreEscapingWithSuffixes``):
 
 - the name is split at every character outside ``[a-zA-Z0-9:]`` (dots, dashes, slashes, runs of underscores) and the
   pieces joined with ``_``;
@@ -15,7 +16,12 @@ underscore-escaping, with-suffixes strategy, so a config can name a trainer metr
 - a monotonic sum (an OTel ``Counter``) ends in ``_total``, a gauge with unit ``1`` in ``_ratio``;
 - a namespace is put in front, and a name starting with a digit gets a leading ``_``.
 
-A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count``.
+Without suffixes (``add_metric_suffixes: false``, or ``translation_strategy: UnderscoreEscapingWithoutSuffixes``) the
+namer's "simple case" runs instead: the name is split at every character outside ``[a-zA-Z0-9:_]`` (so runs of ``_``
+stay), the pieces joined with ``_``, and nothing is added for unit or type; a namespace is put in front with ``_``, and
+only a name without one gets a leading ``_`` before a digit.
+
+A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count`` either way.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from typing import Final, Literal
 from otel_bridge.window import MetricKind
 
 __all__ = [
+    "ESCAPING_STRATEGIES",
     "INSTRUMENT_KINDS",
     "PER_UNIT_SUFFIXES",
     "UNIT_SUFFIXES",
     "Instrument",
+    "TranslationStrategy",
     "metric_kind",
     "prometheus_name",
     "prometheus_series",
@@ -39,6 +47,20 @@ __all__ = [
 #: ``ObservableGauge`` a ``gauge``).
 Instrument = Literal["counter", "up_down_counter", "gauge", "histogram"]
 INSTRUMENT_KINDS: Final[tuple[Instrument, ...]] = ("counter", "up_down_counter", "gauge", "histogram")
+
+#: The ``translation_strategy`` values of the collector's ``prometheus`` exporter (otlptranslator's ``strategy.go``).
+TranslationStrategy = Literal[
+    "UnderscoreEscapingWithSuffixes",
+    "UnderscoreEscapingWithoutSuffixes",
+    "NoUTF8EscapingWithSuffixes",
+    "NoTranslation",
+]
+#: The strategies that write classic Prometheus names (the other two keep dots and need UTF-8 names): strategy -> with
+#: suffixes.
+ESCAPING_STRATEGIES: Final[dict[str, bool]] = {
+    "UnderscoreEscapingWithSuffixes": True,
+    "UnderscoreEscapingWithoutSuffixes": False,
+}
 
 #: otlptranslator's ``unitMap``: the unit (or the part before ``/``) -> the suffix.
 UNIT_SUFFIXES: Final[dict[str, str]] = {
@@ -93,12 +115,12 @@ def _valid(char: str) -> bool:
     return char == ":" or ("a" <= char <= "z") or ("A" <= char <= "Z") or ("0" <= char <= "9")
 
 
-def _pieces(text: str) -> list[str]:
-    """Go's ``strings.FieldsFunc(text, not valid)``: the runs of valid characters."""
+def _pieces(text: str, keep: str = "") -> list[str]:
+    """Go's ``strings.FieldsFunc(text, not valid)``: the runs of valid characters (and of those in ``keep``)."""
     pieces: list[str] = []
     current: list[str] = []
     for char in text:
-        if _valid(char):
+        if _valid(char) or char in keep:
             current.append(char)
         elif current:
             pieces.append("".join(current))
@@ -149,15 +171,18 @@ def _with_unit(pieces: list[str], main: str, per: str) -> list[str]:
     return pieces + [suffix for suffix in (main, per) if suffix]
 
 
-def prometheus_name(name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = "") -> str:
-    """The metric name the collector writes for an OpenTelemetry instrument ``name`` with ``unit``.
+def _without_suffixes(name: str, namespace: str) -> str:
+    """``buildCompliantMetricName``'s simple case: ``[^a-zA-Z0-9:_]`` separates, nothing is added."""
+    translated = "_".join(_pieces(name, keep="_"))
+    if namespace:
+        return f"{namespace}_{translated}"
+    if translated and "0" <= translated[0] <= "9":
+        translated = "_" + translated
+    return translated
 
-    ``instrument`` is the instrument's kind (:data:`INSTRUMENT_KINDS`), ``namespace`` the exporter's ``namespace``
-    (none in the shipped config). Raises :class:`ValueError` for a name the collector cannot translate (nothing but
-    punctuation): it drops such a metric.
-    """
-    if instrument not in _KINDS:
-        raise ValueError(f"instrument must be one of {', '.join(INSTRUMENT_KINDS)}, not {instrument!r}")
+
+def _with_suffixes(name: str, unit: str, instrument: Instrument, namespace: str) -> str:
+    """``normalizeName``: words, unit suffixes, ``_total`` and ``_ratio``."""
     main, per = _unit_suffixes(unit)
     pieces = _with_unit(_pieces(name), _clean_unit(main), _clean_unit(per))
     if instrument == "counter":
@@ -169,17 +194,33 @@ def prometheus_name(name: str, unit: str = "", instrument: Instrument = "gauge",
     translated = "_".join(pieces)
     if translated and "0" <= translated[0] <= "9":
         translated = "_" + translated
+    return translated
+
+
+def prometheus_name(
+    name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = "", suffixes: bool = True
+) -> str:
+    """The metric name the collector writes for an OpenTelemetry instrument ``name`` with ``unit``.
+
+    ``instrument`` is the instrument's kind (:data:`INSTRUMENT_KINDS`), ``namespace`` the exporter's ``namespace``
+    (none in the shipped config), ``suffixes`` whether the exporter adds unit and type suffixes (its
+    ``add_metric_suffixes``, true by default). Raises :class:`ValueError` for a name the collector cannot translate
+    (nothing but punctuation): it drops such a metric.
+    """
+    if instrument not in _KINDS:
+        raise ValueError(f"instrument must be one of {', '.join(INSTRUMENT_KINDS)}, not {instrument!r}")
+    translated = _with_suffixes(name, unit, instrument, namespace) if suffixes else _without_suffixes(name, namespace)
     if not translated.strip("_"):
         raise ValueError(f"the collector cannot translate the metric name {name!r} (it has no letter or digit)")
     return translated
 
 
 def prometheus_series(
-    name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = ""
+    name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = "", suffixes: bool = True
 ) -> tuple[str, ...]:
     """Every sample name the collector writes for the instrument: a histogram's ``_bucket``, ``_sum`` and ``_count``,
     otherwise the one name of :func:`prometheus_name`."""
-    base = prometheus_name(name, unit, instrument, namespace)
+    base = prometheus_name(name, unit, instrument, namespace, suffixes)
     if instrument == "histogram":
         return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
     return (base,)

@@ -112,3 +112,46 @@ def test_bad_otlp_entries_name_the_key(otlp: dict[str, Any], key: str, words: st
     message = config_error({"prometheus": PROM, "metrics": [{"otlp": otlp}]})
     assert key in message
     assert words in message
+
+
+def test_without_suffixes_the_entry_queries_the_bare_escaped_name() -> None:
+    """An exporter with add_metric_suffixes: false writes no unit, _total or _ratio (otlptranslator's simple case)."""
+    bare = {"add_metric_suffixes": False}
+    tokens, duration, ratio = queries(
+        {"otlp": {**TOKENS, **bare}},
+        {"otlp": {"name": "trainer.step.duration", "unit": "s", "instrument": "histogram", **bare}},
+        {"otlp": {"name": "trainer.gpu.utilization", "unit": "1", "instrument": "gauge", **bare}},
+    )
+    assert (tokens.name, tokens.kind, tokens.series_names()) == ("trainer_tokens", "counter", ("trainer_tokens",))
+    assert duration.series_names() == (
+        "trainer_step_duration_bucket",
+        "trainer_step_duration_sum",
+        "trainer_step_duration_count",
+    )
+    assert ratio.name == "trainer_gpu_utilization"
+
+
+def test_a_translation_strategy_wins_over_add_metric_suffixes() -> None:
+    """The prometheus exporter (translation_strategy since v0.132.0): an explicit strategy decides, whatever
+    add_metric_suffixes says."""
+    without, with_ = queries(
+        {"otlp": {**TOKENS, "translation_strategy": "UnderscoreEscapingWithoutSuffixes"}},
+        {"otlp": {**TOKENS, "add_metric_suffixes": False, "translation_strategy": "UnderscoreEscapingWithSuffixes"}},
+    )
+    assert (without.name, with_.name) == ("trainer_tokens", "trainer_tokens_total")
+
+
+@pytest.mark.parametrize("strategy", ["NoUTF8EscapingWithSuffixes", "NoTranslation"])
+def test_strategies_that_keep_dots_are_refused_with_the_reason(strategy: str) -> None:
+    message = config_error({"prometheus": PROM, "metrics": [{"otlp": {**TOKENS, "translation_strategy": strategy}}]})
+    assert "metrics[0].otlp" in message
+    assert f"translation_strategy {strategy} keeps the name's dots" in message
+    assert "UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes" in message
+
+
+def test_an_unknown_translation_strategy_names_the_allowed_ones() -> None:
+    message = config_error(
+        {"prometheus": PROM, "metrics": [{"otlp": {**TOKENS, "translation_strategy": "underscores"}}]}
+    )
+    assert "metrics[0].otlp.translation_strategy" in message
+    assert "'UnderscoreEscapingWithSuffixes'" in message

@@ -9,6 +9,12 @@ The expected names come from the translators' own test tables, never from this m
   to ``TestOtelReceivers``, ``TestNamespace``, ``TestBuildPromCompliantNameWithNormalize``): the contrib translator
   otlptranslator was copied from, rows whose behaviour otlptranslator kept (it no longer splits at ``:`` and has no
   ``$`` unit, so ``:foo::bar`` and ``$`` rows are left out).
+
+Without suffixes (an exporter with ``add_metric_suffixes: false``, or the ``prometheus`` exporter's
+``translation_strategy: UnderscoreEscapingWithoutSuffixes``) the rows are those of the ``UTF8Allowed = false,
+WithMetricSuffixes = false`` block of otlptranslator's ``metric_namer_test.go`` (commit 12673747) and of contrib's
+``TestBuildCompliantNameWithoutSuffixes`` (``pkg/translator/prometheus/normalize_name_test.go``, commit 1ba49ba8; the
+same rows as ``TestBuildCompliantMetricNameWithoutSuffixes`` in its later versions).
 """
 
 from __future__ import annotations
@@ -100,6 +106,53 @@ def test_translator_tables_with_a_namespace() -> None:
     assert prometheus_name("network.io", "By", "counter", "system") == "system_network_io_bytes_total"
     assert prometheus_name("requests", "1/s", "counter", "app") == "app_requests_per_second_total"
     assert prometheus_name("123_requests", "", "counter", "app") == "app_123_requests_total"
+
+
+# (name, unit, instrument, namespace, expected) without suffixes: no unit, no _total, no _ratio, and runs of "_" kept
+ROWS_WITHOUT_SUFFIXES: list[tuple[str, str, Instrument, str, str]] = [
+    # otlptranslator metric_namer_test.go, UTF8Allowed = false, WithMetricSuffixes = false
+    ("simple_metric", "", "gauge", "", "simple_metric"),
+    ("metric@with#special$chars", "", "gauge", "", "metric_with_special_chars"),
+    ("123metric", "", "gauge", "", "_123metric"),
+    ("simple_metric", "", "gauge", "test_namespace", "test_namespace_simple_metric"),
+    ("metric@@##$$name", "", "gauge", "", "metric_name"),
+    # contrib normalize_name_test.go TestBuildCompliantNameWithoutSuffixes / ...MetricNameWithoutSuffixes
+    ("system.io", "By", "counter", "", "system_io"),
+    ("network.io", "By", "counter", "system", "system_network_io"),
+    ("network (I/O)", "By", "counter", "system", "system_network_I_O"),
+    ("3.14 digits", "By", "gauge", "", "_3_14_digits"),
+    ("envoy__rule_engine_zlib_buf_error", "", "gauge", "", "envoy__rule_engine_zlib_buf_error"),
+    (":foo::bar", "", "gauge", "", ":foo::bar"),
+    (":foo::bar", "", "counter", "", ":foo::bar"),
+    ("foo.bar", "1", "gauge", "", "foo_bar"),
+    ("system.io", "foo/bar", "counter", "", "system_io"),
+    ("metric_with_字符_foreign_characters", "", "counter", "", "metric_with___foreign_characters"),
+]
+
+
+@pytest.mark.parametrize(("name", "unit", "instrument", "namespace", "expected"), ROWS_WITHOUT_SUFFIXES)
+def test_translator_tables_without_suffixes(
+    name: str, unit: str, instrument: Instrument, namespace: str, expected: str
+) -> None:
+    assert prometheus_name(name, unit, instrument, namespace, suffixes=False) == expected
+
+
+def test_without_suffixes_a_histogram_is_still_three_series() -> None:
+    # the _bucket/_sum/_count series names are Prometheus' histogram layout, not a metric-name suffix: the exporter
+    # appends them to the namer's name whatever add_metric_suffixes says
+    assert prometheus_series("trainer.step.duration", "s", "histogram", suffixes=False) == (
+        "trainer_step_duration_bucket",
+        "trainer_step_duration_sum",
+        "trainer_step_duration_count",
+    )
+    assert prometheus_series("trainer.tokens", "{token}", "counter", suffixes=False) == ("trainer_tokens",)
+
+
+@pytest.mark.parametrize("name", ["", "@#$%", "___"])
+def test_without_suffixes_a_name_without_letters_or_digits_is_refused(name: str) -> None:
+    # otlptranslator rows "empty metric name without suffixes", "metric name with only special characters": no name
+    with pytest.raises(ValueError, match="cannot translate"):
+        prometheus_name(name, "", "gauge", suffixes=False)
 
 
 @pytest.mark.parametrize("name", ["", "@#$%", "..."])

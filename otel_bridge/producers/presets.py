@@ -45,10 +45,11 @@ VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:request_queue_time_seconds", "type": "histogram", "stats": ["mean", "p99"]},
 ]
 
-# SGLang 0.5.23 (python/sglang/srt/observability/metrics_collector.py). Scheduler gauges carry model_name,
-# engine_type, tp_rank, pp_rank, moe_ep_rank (+ dp_rank, priority when enabled); the tokenizer's counters and
-# histograms carry model_name, engine_type and mostly is_streaming. sglang:time_per_output_token_seconds (named in
-# older docs) does not exist: the per-token latency is sglang:inter_token_latency_seconds.
+# SGLang 0.5.23 (python/sglang/srt/observability/metrics_collector.py of the released wheel; names, types and labels
+# checked there, tests/fixtures/sglang/README.md). Scheduler gauges carry model_name, engine_type, tp_rank, pp_rank,
+# moe_ep_rank (+ dp_rank, priority when enabled); the tokenizer's counters and histograms carry model_name,
+# engine_type and mostly is_streaming. sglang:time_per_output_token_seconds (named in older docs) does not exist: the
+# per-token latency is sglang:inter_token_latency_seconds.
 SGLANG: Final[list[dict[str, Any]]] = [
     {"name": "sglang:generation_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
     {"name": "sglang:prompt_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
@@ -79,9 +80,10 @@ RAY: Final[list[dict[str, Any]]] = [
     {"name": "ray_node_network_send_speed", "type": "gauge", "stats": ["mean"], "agg": "sum"},
 ]
 
-# NVIDIA dcgm-exporter 4.5.3-4.8.2 with its default counters (etc/default-counters.csv). One series per GPU,
-# labelled gpu, UUID, pci_bus_id, device, modelName, Hostname (the exporter's host; "hostname" on dcgm-exporter's
-# main branch after 4.5.3-4.8.2), DCGM_FI_DRIVER_VERSION, plus pod/namespace/container for GPUs allocated to pods.
+# NVIDIA dcgm-exporter 4.5.3-4.8.2 (tag commit 691c9276) with its default counters (etc/default-counters.csv). One
+# series per GPU, labelled gpu, UUID, pci_bus_id, device, modelName, Hostname (the exporter's host; "hostname" on
+# dcgm-exporter's main branch after 4.5.3-4.8.2), DCGM_FI_DRIVER_VERSION, plus pod/namespace/container for GPUs
+# allocated to pods.
 # The DCGM_FI_PROF_* fields need a GPU with profiling metrics (data-centre parts); DCGM_FI_PROF_SM_ACTIVE is not
 # among the default counters (add it to the exporter's CSV and configure it by name).
 DCGM: Final[list[dict[str, Any]]] = [
@@ -119,10 +121,14 @@ PRESETS: Final[dict[str, list[dict[str, Any]]]] = {
 }
 
 # Old vLLM names (gone in vLLM 0.32) -> the metric that replaces them. Accepted with a warning naming the
-# replacement, and queried as the replacement. Checked against vLLM's own deprecation notes (docs/usage/metrics.md,
-# docs/design/metrics.md) and 0.33's vllm/v1/metrics/loggers.py. vllm:num_requests_swapped,
-# vllm:cpu_cache_usage_perc and vllm:cpu_prefix_cache_hit_rate were removed without a replacement (no CPU swapping
-# in the V1 engine): configured, they are reported missing by name.
+# replacement, and queried as the replacement. Checked against vLLM's own deprecation notes: the released 0.11.0
+# vllm/v1/metrics/loggers.py marks gpu_cache_usage_perc, gpu_prefix_cache_queries/_hits ("Deprecated in 0.9.2 -
+# Renamed as ...") and time_per_output_token_seconds ("Deprecated in 0.11 - Renamed as inter_token_latency_seconds");
+# docs/design/metrics.md (commit 0328b592) names time_in_queue_requests a duplicate of request_queue_time_seconds and
+# the hit-rate gauge replaced by the queries/hits counters; 0.32.0's loggers.py defines none of the old names.
+# vllm:num_requests_swapped, vllm:cpu_cache_usage_perc and vllm:cpu_prefix_cache_hit_rate were removed without a
+# replacement (no CPU swapping in the V1 engine): configured, they are reported missing by name. The avg_*_throughput
+# gauges were removed (vLLM PR #12383) without a named replacement: their rate is the token counters' rate.
 DEPRECATED: Final[dict[str, dict[str, Any]]] = {
     "vllm:gpu_cache_usage_perc": {"name": "vllm:kv_cache_usage_perc", "type": "gauge"},
     "vllm:gpu_prefix_cache_hits": {"name": "vllm:prefix_cache_hits_total", "type": "counter"},

@@ -217,3 +217,32 @@ def test_deprecated_vllm_names_map_to_metrics_the_vllm_capture_has() -> None:
             targets = [(new["name"], new["type"])]
         for name, kind in targets:
             assert captured.get(name) == kind, (old, name)
+
+
+# vLLM's own deprecation notes, transcribed (the bridge's table must agree with them):
+# - the released vllm 0.11.0 wheel, vllm/v1/metrics/loggers.py: "Deprecated in 0.9.2 - Renamed as
+#   vllm:kv_cache_usage_perc / vllm:prefix_cache_queries / vllm:prefix_cache_hits" (hidden behind
+#   --show-hidden-metrics-for-version) and "Deprecated in 0.11 - Renamed as vllm:inter_token_latency_seconds";
+# - vllm-project/vllm docs/design/metrics.md (commit 0328b592), "Deprecated Metrics": vllm:time_in_queue_requests
+#   duplicates vllm:request_queue_time_seconds; the prefix-cache hit-rate gauge gave way to the queries and hits
+#   counters; vllm:num_requests_swapped and vllm:cpu_cache_usage_perc went with CPU swapping, without a replacement.
+# prometheus_client exposes a Counter named vllm:prefix_cache_queries as vllm:prefix_cache_queries_total.
+VLLM_RENAMED = {
+    "vllm:gpu_cache_usage_perc": ("vllm:kv_cache_usage_perc", "gauge"),
+    "vllm:gpu_prefix_cache_queries": ("vllm:prefix_cache_queries_total", "counter"),
+    "vllm:gpu_prefix_cache_hits": ("vllm:prefix_cache_hits_total", "counter"),
+    "vllm:time_per_output_token_seconds": ("vllm:inter_token_latency_seconds", "histogram"),
+    "vllm:time_in_queue_requests": ("vllm:request_queue_time_seconds", "histogram"),
+}
+VLLM_REMOVED = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
+
+
+def test_deprecated_vllm_names_follow_vllms_own_deprecation_notes() -> None:
+    for old, (new, kind) in VLLM_RENAMED.items():
+        assert (DEPRECATED[old]["name"], DEPRECATED[old]["type"]) == (new, kind), old
+        if kind == "counter":  # the old counter as it was exposed, with _total
+            assert DEPRECATED[f"{old}_total"]["name"] == new, old
+    hit_rate = DEPRECATED["vllm:gpu_prefix_cache_hit_rate"]["ratio"]
+    assert hit_rate == {"numerator": "vllm:prefix_cache_hits_total", "denominator": "vllm:prefix_cache_queries_total"}
+    for name in VLLM_REMOVED:
+        assert name not in DEPRECATED, f"{name} has no replacement in vLLM: it must be reported missing, not mapped"

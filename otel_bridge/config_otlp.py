@@ -8,7 +8,9 @@ The entry mirrors the exporter's naming settings. otelcol-contrib v0.136.0's ``p
 ``add_metric_suffixes`` only (``translation_strategy`` came to it in 2026, contrib PR #47714); its ``prometheus``
 exporter also has ``translation_strategy`` (since v0.132.0: the ``exporter.prometheusexporter.DisableAddMetricSuffixes``
 gate registered with it, ``internal/metadata/generated_feature_gates.go`` at commit 40c9eb77, is alpha, i.e. off, in
-v0.136), and an explicit strategy wins over ``add_metric_suffixes``.
+v0.136), and an explicit strategy wins over ``add_metric_suffixes`` (``getTranslationConfiguration`` in its
+``collector.go``, read at commit 0000b194: strategy if set, else suffixes if that gate is on, else
+``add_metric_suffixes``; UTF-8 only for the two ``NoUTF8``/``NoTranslation`` strategies).
 """
 
 from __future__ import annotations

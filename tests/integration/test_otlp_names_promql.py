@@ -10,6 +10,10 @@ bridge is configured with ``otlp:`` entries and must report the sum over both ra
 
 Each step is quiet for longer than the push interval around its changes, so the last sample before a boundary is the
 state at the boundary (as in ``test_promql_pipeline.py``).
+
+With ``add_metric_suffixes: false`` on the exporter the collector writes ``trainer_tokens``,
+``trainer_step_duration_{bucket,sum,count}`` and ``trainer_gpu_utilization`` instead (otlptranslator's simple case), and
+entries that say so read those.
 """
 
 from __future__ import annotations
@@ -47,10 +51,17 @@ OTLP_METRICS: list[dict[str, Any]] = [
 ]
 
 
+# The names the collector writes, as an exporter with suffixes (the default) and with add_metric_suffixes: false
+# writes them: (counter, histogram, gauge).
+SUFFIXED = ("trainer_tokens_total", "trainer_step_duration_seconds", "trainer_gpu_utilization_ratio")
+BARE = ("trainer_tokens", "trainer_step_duration", "trainer_gpu_utilization")
+
+
 class TrainerSeries:
     """What the collector writes into Prometheus: one series per rank, named as the collector names them."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, str, str] = SUFFIXED) -> None:
+        self.counter, self.histogram, self.gauge = names
         self.lock = threading.Lock()
         self.tokens = {0: 0.0, 1: 0.0}
         self.utilization = {0: 0.0, 1: 0.0}
@@ -61,15 +72,15 @@ class TrainerSeries:
         with self.lock:
             for rank in (0, 1):
                 labels = {"otel_bridge_rank": str(rank), "service_name": "trainer", "job": "trainer"}
-                out.append(({**labels, "__name__": "trainer_tokens_total"}, self.tokens[rank]))
-                out.append(({**labels, "__name__": "trainer_gpu_utilization_ratio"}, self.utilization[rank]))
+                out.append(({**labels, "__name__": self.counter}, self.tokens[rank]))
+                out.append(({**labels, "__name__": self.gauge}, self.utilization[rank]))
                 observed = self.durations[rank]
-                bucket = {**labels, "__name__": "trainer_step_duration_seconds_bucket"}
+                bucket = {**labels, "__name__": f"{self.histogram}_bucket"}
                 for bound in BOUNDS:
                     out.append(({**bucket, "le": str(bound)}, float(sum(1 for v in observed if v <= bound))))
                 out.append(({**bucket, "le": "+Inf"}, float(len(observed))))
-                out.append(({**labels, "__name__": "trainer_step_duration_seconds_sum"}, sum(observed)))
-                out.append(({**labels, "__name__": "trainer_step_duration_seconds_count"}, float(len(observed))))
+                out.append(({**labels, "__name__": f"{self.histogram}_sum"}, sum(observed)))
+                out.append(({**labels, "__name__": f"{self.histogram}_count"}, float(len(observed))))
         return out
 
     def step(self, step: int) -> None:
@@ -108,14 +119,14 @@ def collector(prometheus: PrometheusServer, trainer: TrainerSeries) -> Iterator[
         assert not failures, failures
 
 
-def wait_for_pushes(prometheus: PrometheusServer, timeout_s: float = 30.0) -> None:
+def wait_for_pushes(prometheus: PrometheusServer, counter: str = SUFFIXED[0], timeout_s: float = 30.0) -> None:
     """Until Prometheus holds at least two pushes of the trainer's counter (no scrape target: no `up` to wait for)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if prometheus.query("count_over_time(trainer_tokens_total[1m]) >= 2"):
+        if prometheus.query(f"count_over_time({counter}[1m]) >= 2"):
             return
         time.sleep(0.1)
-    raise AssertionError(f"no remote-written samples of trainer_tokens_total after {timeout_s}s")
+    raise AssertionError(f"no remote-written samples of {counter} after {timeout_s}s")
 
 
 def run_steps(config: dict[str, Any], trainer: TrainerSeries, replicas: list[Replica]) -> list[dict[str, Any]]:
@@ -137,12 +148,13 @@ def run_steps(config: dict[str, Any], trainer: TrainerSeries, replicas: list[Rep
     return [json.loads(line) for line in (bridge.run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def check_trainer_keys(records: list[dict[str, Any]]) -> None:
+def check_trainer_keys(records: list[dict[str, Any]], names: tuple[str, str, str] = SUFFIXED) -> None:
+    counter, histogram, _ = names
     assert [record["step"] for record in records] == list(range(STEPS))
     for step, record in enumerate(records):
-        assert record["rollout/trainer_tokens_total/delta"] == pytest.approx(150 * (step + 1)), record
-        assert record["rollout/trainer_step_duration_seconds/count"] == pytest.approx(3), record
-        assert record["rollout/trainer_step_duration_seconds/sum"] == pytest.approx(1.15), record
+        assert record[f"rollout/{counter}/delta"] == pytest.approx(150 * (step + 1)), record
+        assert record[f"rollout/{histogram}/count"] == pytest.approx(3), record
+        assert record[f"rollout/{histogram}/sum"] == pytest.approx(1.15), record
         assert record["rollout/trainer_gpu_utilization_busiest_rank/last"] == pytest.approx(0.5 + 0.1 * step), record
         assert record["otel_bridge/missing_metrics"] == 0, record
 
@@ -165,6 +177,29 @@ def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path) -> None:
     finally:
         prometheus.stop()
     check_trainer_keys(records)
+
+
+@pytest.mark.integration
+def test_without_suffixes_the_entries_read_the_bare_names(tmp_path: Path) -> None:
+    """The exporter set to add_metric_suffixes: false writes bare names; entries with the same setting read them (and
+    entries without it would look for the suffixed names, which do not exist)."""
+    trainer = TrainerSeries(BARE)
+    prometheus = PrometheusServer(tmp_path / "prometheus", remote_write=True)
+    metrics = [{**entry, "otlp": {**entry["otlp"], "add_metric_suffixes": False}} for entry in OTLP_METRICS]
+    try:
+        prometheus.start()
+        with collector(prometheus, trainer):
+            wait_for_pushes(prometheus, BARE[0])
+            config: dict[str, Any] = {
+                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0},
+                "metrics": metrics,
+                "trackers": [{"type": "jsonl"}],
+                "run": {"name": "otlp-bare-names", "dir": str(tmp_path / "runs")},
+            }
+            records = run_steps(config, trainer, [])
+    finally:
+        prometheus.stop()
+    check_trainer_keys(records, BARE)
 
 
 @pytest.mark.integration

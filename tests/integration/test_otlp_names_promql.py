@@ -159,47 +159,38 @@ def check_trainer_keys(records: list[dict[str, Any]], names: tuple[str, str, str
         assert record["otel_bridge/missing_metrics"] == 0, record
 
 
-@pytest.mark.integration
-def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path) -> None:
-    trainer = TrainerSeries()
+def trainer_only_records(tmp_path: Path, names: tuple[str, str, str], metrics: list[dict[str, Any]]) -> None:
+    """The trainer's series remote-written under ``names`` into a Prometheus that scrapes nothing, read by ``metrics``
+    per step (boundary auto: no target serves them); the records must hold both ranks' sums."""
+    trainer = TrainerSeries(names)
     prometheus = PrometheusServer(tmp_path / "prometheus", remote_write=True)
     try:
         prometheus.start()
         with collector(prometheus, trainer):
-            wait_for_pushes(prometheus)
+            wait_for_pushes(prometheus, names[0])
             config: dict[str, Any] = {
-                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0},  # boundary auto: no target serves them
-                "metrics": OTLP_METRICS,
+                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0},
+                "metrics": metrics,
                 "trackers": [{"type": "jsonl"}],
                 "run": {"name": "otlp-names", "dir": str(tmp_path / "runs")},
             }
             records = run_steps(config, trainer, [])
     finally:
         prometheus.stop()
-    check_trainer_keys(records)
+    check_trainer_keys(records, names)
+
+
+@pytest.mark.integration
+def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path) -> None:
+    trainer_only_records(tmp_path, SUFFIXED, OTLP_METRICS)
 
 
 @pytest.mark.integration
 def test_without_suffixes_the_entries_read_the_bare_names(tmp_path: Path) -> None:
     """The exporter set to add_metric_suffixes: false writes bare names; entries with the same setting read them (and
     entries without it would look for the suffixed names, which do not exist)."""
-    trainer = TrainerSeries(BARE)
-    prometheus = PrometheusServer(tmp_path / "prometheus", remote_write=True)
     metrics = [{**entry, "otlp": {**entry["otlp"], "add_metric_suffixes": False}} for entry in OTLP_METRICS]
-    try:
-        prometheus.start()
-        with collector(prometheus, trainer):
-            wait_for_pushes(prometheus, BARE[0])
-            config: dict[str, Any] = {
-                "prometheus": {"url": prometheus.url, "scrape_interval_s": 1.0},
-                "metrics": metrics,
-                "trackers": [{"type": "jsonl"}],
-                "run": {"name": "otlp-bare-names", "dir": str(tmp_path / "runs")},
-            }
-            records = run_steps(config, trainer, [])
-    finally:
-        prometheus.stop()
-    check_trainer_keys(records, BARE)
+    trainer_only_records(tmp_path, BARE, metrics)
 
 
 @pytest.mark.integration

@@ -5,7 +5,8 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
 1. ``config``: the config file loads and validates.
 2. ``ray``: Ray is reachable and its head node found (only with ``prometheus.url: auto`` or ``scrape.targets: auto``).
 3. ``prometheus``: Prometheus answers, and its version (PromQL path).
-4. ``prometheus targets``: every scrape target of Prometheus is ``up``.
+4. ``prometheus targets``: every scrape target of Prometheus is ``up`` (after its first scrape of each, when it has
+   just started).
    ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run in ``run.dir``: a
    warning when samples may bound steps that are shorter than two scrape intervals.
 5. ``endpoint <url>``: every rollout ``/metrics`` endpoint answers (scrape path).

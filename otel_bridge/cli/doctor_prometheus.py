@@ -4,13 +4,70 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from otel_bridge.cli.doctor_base import CheckRecorder
 from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.errors import DiscoveryError, PrometheusError
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.promql import target_duration
+
+UNSCRAPED = "unknown"
+"""A target's health before Prometheus' first scrape of it."""
+STARTUP_S = 15.0
+"""How long after its start a Prometheus listing no targets may still be taking them up (its first reload is at 5 s)."""
+MAX_WAIT_S = 30.0
+POLL_S = 0.25
+
+
+def settled_targets(
+    client: PrometheusClient,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[dict[str, Any]]:
+    """Prometheus' active targets once it has taken them up and scraped each once, or the last answer when that takes
+    longer than they should: until :data:`STARTUP_S` after its start for an empty list, then each target's scrape
+    interval and timeout plus 1 s (at most :data:`MAX_WAIT_S`) for targets not scraped yet. A long-running Prometheus
+    with every target scraped answers at once."""
+    targets = client.targets()
+    if not targets:
+        age = _age_s(client)
+        deadline = clock() + max(0.0, STARTUP_S - age) if age is not None else clock()
+        while not targets and clock() < deadline:
+            sleep(POLL_S)
+            targets = client.targets()
+    unscraped = [t for t in targets if t.get("health") == UNSCRAPED]
+    deadline = clock() + first_scrape_wait_s(unscraped)
+    while unscraped and clock() < deadline:
+        sleep(POLL_S)
+        targets = client.targets()
+        unscraped = [t for t in targets if t.get("health") == UNSCRAPED]
+    return targets
+
+
+def first_scrape_wait_s(targets: list[dict[str, Any]]) -> float:
+    """How long Prometheus may take to scrape ``targets`` a first time once listed: interval + timeout + 1 s."""
+    if not targets:
+        return 0.0
+    longest = max(
+        (target_duration(t.get("scrapeInterval")) or 15.0) + (target_duration(t.get("scrapeTimeout")) or 10.0)
+        for t in targets
+    )
+    return min(MAX_WAIT_S, longest + 1.0)
+
+
+def _age_s(client: PrometheusClient) -> float | None:
+    """Seconds since Prometheus started (its ``startTime``); ``None`` when it does not say."""
+    try:
+        started = datetime.fromisoformat(str(client.runtimeinfo().get("startTime")))
+    except (PrometheusError, ValueError):
+        return None
+    return time.time() - started.timestamp()
 
 
 class PrometheusChecks(CheckRecorder):
@@ -60,9 +117,14 @@ class PrometheusChecks(CheckRecorder):
         return client
 
     def check_prometheus_targets(self, client: PrometheusClient) -> None:
-        """``prometheus targets``: every active scrape target is up."""
+        """``prometheus targets``: every active scrape target is up.
+
+        Right after Prometheus starts, its targets are not listed yet (Prometheus 2.x takes them up at the scrape
+        manager's first reload, 5 s after start) or have health ``unknown`` (not scraped yet): neither says a server
+        is down, so doctor waits for Prometheus' first scrape of each, for a bounded time.
+        """
         try:
-            targets = client.targets()
+            targets = settled_targets(client)
         except PrometheusError as exc:
             self.add("prometheus targets", "fail", str(exc), "check Prometheus (see the prometheus check)")
             return
@@ -74,18 +136,30 @@ class PrometheusChecks(CheckRecorder):
                 "add the rollout servers to its scrape config (otel-bridge prometheus-config writes one)",
             )
             return
-        down = [t for t in targets if t.get("health") != "up"]
-        up = len(targets) - len(down)
+        down = [t for t in targets if t.get("health") not in ("up", UNSCRAPED)]
+        unscraped = [t for t in targets if t.get("health") == UNSCRAPED]
+        up = len(targets) - len(down) - len(unscraped)
+        problems = []
         if down:
-            what = "; ".join(
-                f"{t.get('scrapeUrl', '?')}: {t.get('health')} ({t.get('lastError') or 'no error yet'})" for t in down
+            problems.append(
+                "down: "
+                + "; ".join(
+                    f"{t.get('scrapeUrl', '?')}: {t.get('health')} ({t.get('lastError') or 'no error yet'})"
+                    for t in down
+                )
             )
-            self.add(
-                "prometheus targets",
-                "fail",
-                f"{up}/{len(targets)} up; down: {what}",
-                "start the servers that are down, or remove them from Prometheus' scrape config",
+        if unscraped:
+            problems.append(
+                f"not scraped yet by Prometheus after waiting {first_scrape_wait_s(unscraped):g}s (its scrape interval "
+                "and timeout, plus 1s): " + "; ".join(str(t.get("scrapeUrl", "?")) for t in unscraped)
             )
+        if problems:
+            fixes = []
+            if down:
+                fixes.append("start the servers that are down, or remove them from Prometheus' scrape config")
+            if unscraped:
+                fixes.append("see Prometheus' log for why it does not scrape them, then run doctor again")
+            self.add("prometheus targets", "fail", f"{up}/{len(targets)} up; " + "; ".join(problems), "; ".join(fixes))
         else:
             self.add("prometheus targets", "pass", f"{up}/{len(targets)} up")
 

@@ -128,6 +128,14 @@ class PrometheusClient:
             raise shape_error(url, "buildinfo 'data' is not an object of strings")
         return cast(dict[str, str], data)
 
+    def runtimeinfo(self) -> dict[str, Any]:
+        """Prometheus runtime information (``/api/v1/status/runtimeinfo``): ``startTime``, ``reloadConfigSuccess``..."""
+        url = self.url + "/api/v1/status/runtimeinfo"
+        data, _ = self._call("/api/v1/status/runtimeinfo", [])
+        if not isinstance(data, dict):
+            raise shape_error(url, "runtimeinfo 'data' is not an object")
+        return cast(dict[str, Any], data)
+
     def targets(self) -> list[dict[str, Any]]:
         """The active scrape targets (``/api/v1/targets``, ``activeTargets``)."""
         url = self.url + "/api/v1/targets"

@@ -78,6 +78,17 @@ def demo_config(
     return config
 
 
+GEN_SHARE = 0.6
+"""The part of each demo step spent in the ``gen`` phase (rollout servers busy); the rest is ``update``."""
+UPDATE_SHARE = 1.0 - GEN_SHARE
+
+
+def default_scrape_interval(step_seconds: float) -> float:
+    """The demo's Prometheus scrape interval: half of its shorter phase, so that every phase's window holds a sample
+    of every gauge even when a scrape comes a little late (a window shorter than the interval may hold none)."""
+    return step_seconds * min(GEN_SHARE, UPDATE_SHARE) / 2
+
+
 def run_demo(
     *,
     steps: int = 20,
@@ -88,19 +99,21 @@ def run_demo(
     prometheus_port: int = 0,
     step_seconds: float = 1.0,
     sim_port: int = 0,
-    scrape_interval_s: float = 1.0,
+    scrape_interval_s: float | None = None,
     on_step: Callable[[int], None] | None = None,
     on_event: Callable[[str], None] | None = None,
 ) -> DemoResult:
     """Run the demo training loop for ``steps`` steps and return where the records went.
 
     ``start_prometheus`` starts a local Prometheus (``$PROMETHEUS_BIN``, else ``/usr/bin/prometheus``, else ``PATH``)
-    scraping the simulated servers every ``scrape_interval_s``, reads the infrastructure through it, and stops it by
-    PID at the end, also on errors and Ctrl-C. ``on_event`` receives one line per thing started or stopped.
+    scraping the simulated servers every ``scrape_interval_s`` (default: :func:`default_scrape_interval`), reads the
+    infrastructure through it, and stops it by PID at the end, also on errors and Ctrl-C. ``on_event`` receives one
+    line per thing started or stopped.
     """
     if start_prometheus and prometheus_url is not None:
         raise ConfigError("use either --prometheus (start a local Prometheus) or --prometheus-url URL, not both")
     name = run_name or time.strftime("demo-%Y%m%d-%H%M%S")
+    interval_s = default_scrape_interval(step_seconds) if scrape_interval_s is None else scrape_interval_s
     say = on_event or _log.info
     binary = find_prometheus_binary() if start_prometheus else None  # fail before starting anything
     with ExitStack() as stack:
@@ -110,12 +123,15 @@ def run_demo(
         say(f"simulated vLLM servers: {', '.join(f'http://{t}/metrics' for t in targets)}")
         stack.callback(say, "stopped the simulated vLLM servers")
         if binary is not None:
-            prometheus = stack.enter_context(_local_prometheus(binary, targets, scrape_interval_s, prometheus_port))
-            say(f"prometheus: {binary} (pid {prometheus.pid}) at {prometheus.url}, scraping {', '.join(targets)}")
+            prometheus = stack.enter_context(_local_prometheus(binary, targets, interval_s, prometheus_port))
+            say(
+                f"prometheus: {binary} (pid {prometheus.pid}) at {prometheus.url}, scraping {', '.join(targets)} "
+                f"every {interval_s:g}s"
+            )
             stack.callback(say, f"stopped prometheus (pid {prometheus.pid})")
             prometheus.wait_for_targets(len(targets))
             prometheus_url = prometheus.url
-        return _train(servers, steps, out, name, prometheus_url, step_seconds, scrape_interval_s, on_step)
+        return _train(servers, steps, out, name, prometheus_url, step_seconds, interval_s, on_step)
 
 
 @contextmanager
@@ -173,11 +189,11 @@ def _train(
                 with bridge.phase("gen"):  # rollouts: the vLLM servers are busy
                     for _, workload, _ in servers:
                         workload.requests_per_s = rate
-                    time.sleep(step_seconds * 0.6)
+                    time.sleep(step_seconds * GEN_SHARE)
                 with bridge.phase("update"):  # the policy update: rollout servers nearly idle
                     for _, workload, _ in servers:
                         workload.requests_per_s = 2.0
-                    time.sleep(step_seconds * 0.4)
+                    time.sleep(step_seconds * UPDATE_SHARE)
                 samples.add(256)
                 update_time.record(step_seconds * (0.4 + 0.2 * rng.random()))
                 loss = 2.0 * math.exp(-step / 10.0) + 0.05 * rng.random()

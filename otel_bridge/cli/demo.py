@@ -65,8 +65,8 @@ def add_parser(commands: Any) -> None:
         "--scrape-interval",
         type=float,
         default=None,
-        help="the Prometheus scrape interval in seconds (PromQL path; default: half of --step-seconds, so that every "
-        "step holds a sample of every gauge)",
+        help="the Prometheus scrape interval in seconds (PromQL path; default: a fifth of --step-seconds, half of the "
+        "shorter phase, so that every phase holds a sample of every gauge)",
     )
     demo.set_defaults(run=run)
 
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         prometheus_port=args.prometheus_port,
         step_seconds=args.step_seconds,
         sim_port=args.sim_port,
-        scrape_interval_s=args.scrape_interval or args.step_seconds / 2,
+        scrape_interval_s=args.scrape_interval,
         on_step=progress,
         on_event=event,
     )

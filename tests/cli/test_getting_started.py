@@ -34,9 +34,13 @@ def test_demo_prometheus_runs_the_promql_path_and_stops_what_it_started(tmp_path
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == ""
-    started = re.search(r"^prometheus: (\S+) \(pid (\d+)\) at (http://127\.0\.0\.1:(\d+)),", done.stdout, re.M)
+    started = re.search(
+        r"^prometheus: (\S+) \(pid (\d+)\) at (http://127\.0\.0\.1:(\d+)), scraping .* every ([\d.]+)s$",
+        done.stdout,
+        re.M,
+    )
     assert started, done.stdout
-    pid, port = int(started[2]), int(started[4])
+    pid, port, interval_s = int(started[2]), int(started[4]), float(started[5])
     assert f"stopped prometheus (pid {pid})" in done.stdout
     assert "stopped the simulated vLLM servers" in done.stdout
     with pytest.raises(ProcessLookupError):
@@ -51,6 +55,13 @@ def test_demo_prometheus_runs_the_promql_path_and_stops_what_it_started(tmp_path
         assert "otel_bridge/boundary_lag_s" in record  # only the PromQL path reports it
         assert record["otel_bridge/missing_metrics"] == 0.0
     assert sum(r["rollout/vllm/generation_tokens_total/delta"] for r in records) > 0
+    # Each phase holds two of Prometheus' scrape intervals, so each phase's window holds a sample of every gauge even
+    # when a scrape comes late (a phase shorter than the interval may hold none: a gap in the record and a warning).
+    for record in records:
+        for phase in ("gen", "update"):
+            assert record[f"phase/{phase}/seconds"] >= 2 * interval_s, (phase, record, interval_s)
+            assert f"phase/{phase}/rollout/vllm/kv_cache_usage_perc/max" in record, (phase, record)
+            assert f"phase/{phase}/rollout/vllm/num_requests_running/max" in record, (phase, record)
 
     # point 3: the printed TensorBoard hint runs as printed, from the same directory (--inspect reads the events)
     hint = re.search(r"^tensorboard: (.+)$", done.stdout, re.M)

@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--ports", type=int, required=True)
     parser.add_argument("--capture", type=Path, default=CAPTURE)
     args = parser.parse_args()
+    os.nice(19)  # stands for servers on other machines: it must not take CPU from the benchmarked process
     asyncio.run(_serve(args.ports, args.capture.read_bytes()))
 
 

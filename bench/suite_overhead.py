@@ -9,14 +9,18 @@ dict, plus 100 ``dict[key] += 1`` for the counters.
 Cases, in one run:
 
 * ``quiet``: no infrastructure source, a JSONL tracker (the trainer's side alone);
-* ``busy``: the same, while the bridge scrapes ``BUSY_ENDPOINTS`` endpoints serving the real vLLM capture (the
-  ``vllm`` preset, an in-step sample every ``BUSY_SAMPLE_S``): the delivery worker and the sampler parse and compute
-  beside the training loop, in its process.
+* ``busy, thread`` (before): the same, while the bridge scrapes ``BUSY_ENDPOINTS`` endpoints serving the real vLLM
+  capture (the ``vllm`` preset, an in-step sample every ``BUSY_SAMPLE_S``) with ``scrape.isolation: thread``: the
+  sampler parses and computes beside the training loop, in its process;
+* ``busy, process`` (after): the same with ``scrape.isolation: process`` (the default), the scraping in a child;
+* ``allocations``: the quiet loop under ``tracemalloc``, each record waited for: the bytes one boundary allocates
+  while it runs (peak over the call) and what stays allocated as steps go on, once the bridge's store of the last
+  ``KEPT_RECORDS`` records (for ``collect()``) is full.
 
-Reported per case: the training thread's p50/p99/max per step and p99/p50 (issue 18 asks for <= 3), its own CPU per
-step (``time.thread_time``), the whole process' CPU per step (the bridge's threads included), and the garbage
-collections that ran during the measured steps (``gc.callbacks``: how many, the longest, how many steps contained
-one, and the p99 of the steps without one).
+Reported per timing case: the training thread's p50/p99/max per step and p99/p50 (issue 18 asks for <= 3), its own
+CPU per step (``time.thread_time``), the whole process' CPU per step (the bridge's threads included), the scrape
+child's CPU per step, and the garbage collections that ran during the measured steps (``gc.callbacks``: how many, the
+longest, how many steps contained one, and the p99 of the steps without one).
 """
 
 from __future__ import annotations
@@ -24,19 +28,22 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from bench.common import capture_servers, pyplot, save_figure, summary, write_result
+from bench.common import capture_servers, children_cpu_s, pyplot, save_figure, summary, write_result
 from otel_bridge import Bridge
+from otel_bridge.records import KEPT_RECORDS
 
 NAME = "overhead"
 KEYS = 100
 STEP_WORK_S = 0.002
-BUSY_ENDPOINTS = 64
-BUSY_SAMPLE_S = 0.05
+BUSY_STEP_WORK_S = 0.25  # a fine-tuning loop's step: long enough for the endpoints' readings to keep up
+BUSY_ENDPOINTS = 32
+BUSY_SAMPLE_S = 1.0
 _log = logging.getLogger(__name__)
 
 
@@ -62,7 +69,7 @@ class GcLog:
             gc.callbacks.remove(self._callback)
 
 
-def _trainer_loop(config: dict[str, Any], steps: int) -> dict[str, Any]:
+def _trainer_loop(config: dict[str, Any], steps: int, work_s: float = STEP_WORK_S) -> dict[str, Any]:
     values = {f"trainer/metric_{i}": float(i) for i in range(KEYS)}
     walls: list[float] = []
     starts: list[float] = []
@@ -71,6 +78,7 @@ def _trainer_loop(config: dict[str, Any], steps: int) -> dict[str, Any]:
     with Bridge.from_config(config) as bridge, GcLog().recording() as collections:
         meter = bridge.meter("bench")
         counters = [meter.create_counter(f"bench.counter_{i}") for i in range(KEYS)]
+        child_cpu_0, child_t0 = children_cpu_s(), time.perf_counter()
         for step in range(steps):
             c0, p0 = time.thread_time(), time.process_time()
             t0 = time.perf_counter()
@@ -78,11 +86,13 @@ def _trainer_loop(config: dict[str, Any], steps: int) -> dict[str, Any]:
                 counter.add(1)
             bridge.log(values, step=step)
             t1 = time.perf_counter()
-            time.sleep(STEP_WORK_S)
+            time.sleep(work_s)
             starts.append(t0)
             walls.append(t1 - t0)
             thread_cpu.append(time.thread_time() - c0)
             process_cpu.append(time.process_time() - p0)
+        child_cpu = children_cpu_s() - child_cpu_0
+        child_wall = time.perf_counter() - child_t0
     with_gc = {
         i for i, (t0, wall) in enumerate(zip(starts, walls, strict=True)) for (g0, _, _) in collections.events
         if t0 <= g0 <= t0 + wall
@@ -93,6 +103,8 @@ def _trainer_loop(config: dict[str, Any], steps: int) -> dict[str, Any]:
         "p99_over_p50": s["p99"] / s["p50"],
         "trainer_thread_cpu_us_p50": summary(thread_cpu)["p50"] * 1e6,
         "process_cpu_ms_per_step_mean": summary(process_cpu)["mean"] * 1e3,
+        "child_cpu_ms_per_step_mean": child_cpu / steps * 1e3,
+        "child_cpu_share_of_a_core": child_cpu / child_wall,
         "gc": {
             "collections": len(collections.events),
             "by_generation": {g: sum(1 for e in collections.events if e[2] == g) for g in (0, 1, 2)},
@@ -101,6 +113,43 @@ def _trainer_loop(config: dict[str, Any], steps: int) -> dict[str, Any]:
             "p99_us_of_steps_without": summary([w for i, w in enumerate(walls) if i not in with_gc])["p99"] * 1e6,
         },
         "samples_s": {"trainer": walls, "trainer_thread_cpu": thread_cpu, "process_cpu": process_cpu},
+    }
+
+
+def _allocations(config: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Bytes allocated during one boundary (the peak while ``bridge.log`` runs, the previous record delivered first so
+    no other thread allocates meanwhile), and what stays allocated as steps go on."""
+    values = {f"trainer/metric_{i}": float(i) for i in range(KEYS)}
+    during: list[float] = []
+    retained: list[float] = []
+    tracemalloc.start()
+    try:
+        with Bridge.from_config(config) as bridge:
+            meter = bridge.meter("bench")
+            counters = [meter.create_counter(f"bench.counter_{i}") for i in range(KEYS)]
+            for step in range(steps):
+                for counter in counters:
+                    counter.add(1)
+                before, _ = tracemalloc.get_traced_memory()
+                tracemalloc.reset_peak()
+                bridge.log(values, step=step)
+                _, peak = tracemalloc.get_traced_memory()
+                during.append(float(peak - before))
+                bridge.collect(step)
+                gc.collect(0)
+                retained.append(float(tracemalloc.get_traced_memory()[0]))
+    finally:
+        tracemalloc.stop()
+    # The bridge keeps the last KEPT_RECORDS records for collect() and record(): growth is measured once it is full.
+    full = retained[KEPT_RECORDS:]
+    tenth = max(1, len(full) // 10)
+    first, last = summary(full[:tenth])["p50"], summary(full[-tenth:])["p50"]
+    return {
+        "case": "allocations",
+        "boundary_bytes": {k: summary(during)[k] for k in ("p50", "p99", "max")},
+        "retained_bytes_with_full_record_store": last,
+        "retained_growth_bytes_per_step": (last - first) / (len(full) - tenth),
+        "samples_s": {"boundary_bytes": during, "retained_bytes": retained},
     }
 
 
@@ -122,18 +171,29 @@ def _plain(steps: int) -> list[float]:
 def run(quick: bool, workdir: Path) -> dict[str, Any]:
     """Run the suite; write ``results/overhead.json`` and ``.png``; return the rows for the README table."""
     steps = 500 if quick else 3000
+    busy_steps = 160 if quick else 600
     rows = []
     samples: dict[str, Any] = {}
-    for case in ("quiet", "busy"):
-        config: dict[str, Any] = {"trackers": [{"type": "jsonl"}], "run": {"name": case, "dir": str(workdir)}}
-        servers = capture_servers(BUSY_ENDPOINTS) if case == "busy" else nullcontext()
+    for case, isolation in (("quiet", None), ("busy, thread", "thread"), ("busy, process", "process")):
+        name = case.replace(", ", "-")
+        config: dict[str, Any] = {"trackers": [{"type": "jsonl"}], "run": {"name": name, "dir": str(workdir)}}
+        servers = capture_servers(BUSY_ENDPOINTS) if isolation else nullcontext()
         with servers as capture:
             if capture is not None:
                 config["metrics"] = [{"preset": "vllm"}]
-                config["scrape"] = {"targets": capture.targets, "sample_interval_s": BUSY_SAMPLE_S}
-            result = _trainer_loop(config, steps)
-        samples[case] = result.pop("samples_s")
+                config["scrape"] = {
+                    "targets": capture.targets,
+                    "sample_interval_s": BUSY_SAMPLE_S,
+                    "isolation": isolation,
+                }
+            result = _trainer_loop(
+                config, busy_steps if isolation else steps, BUSY_STEP_WORK_S if isolation else STEP_WORK_S
+            )
+        samples[name] = result.pop("samples_s")
         rows.append({"case": case, **result})
+    allocation_config = {"trackers": [{"type": "jsonl"}], "run": {"name": "allocations", "dir": str(workdir)}}
+    allocations = _allocations(allocation_config, KEPT_RECORDS + (200 if quick else 1000))
+    samples["allocations"] = allocations.pop("samples_s")
     plain = _plain(steps)
     s_plain = summary(plain)
     for row in rows:
@@ -144,18 +204,23 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
         "keys": KEYS,
         "counters": KEYS,
         "step_work_s": STEP_WORK_S,
+        "busy_steps": busy_steps,
+        "busy_step_work_s": BUSY_STEP_WORK_S,
         "busy_endpoints": BUSY_ENDPOINTS,
         "busy_sample_interval_s": BUSY_SAMPLE_S,
     }
     samples["plain_dict"] = plain
-    write_result(NAME, {"configuration": configuration, "samples_s": samples, "rows": rows})
+    write_result(NAME, {"configuration": configuration, "samples_s": samples, "rows": rows, "allocations": allocations})
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    series = [samples["quiet"]["trainer"], samples["busy"]["trainer"], plain]
+    series = [samples[name]["trainer"] for name in ("quiet", "busy-thread", "busy-process")] + [plain]
     ax.boxplot([[v * 1e6 for v in x] for x in series], whis=(1, 99), showfliers=True)
-    ax.set_xticks([1, 2, 3], ["bridge, quiet", f"bridge, {BUSY_ENDPOINTS} endpoints", "plain dict"])
+    ax.set_xticks(
+        [1, 2, 3, 4],
+        ["quiet", f"{BUSY_ENDPOINTS} endpoints,\nthread", f"{BUSY_ENDPOINTS} endpoints,\nprocess", "plain dict"],
+    )
     ax.set_yscale("log")
     ax.set_ylabel("microseconds per step (training thread)")
     ax.set_title("100 counter.add + bridge.log(100 keys) per step; whiskers p1-p99")
     save_figure(fig, NAME)
-    return {"rows": rows}
+    return {"rows": rows, "allocations": allocations}

@@ -94,22 +94,31 @@ def render() -> str:
         out += [
             "**Trainer-side overhead** (per step on the training thread: 100 counter adds + `bridge.log` of 100 keys)",
             "",
-            "| case | p50 (µs) | p99 (µs) | max (µs) | p99/p50 | thread CPU p50 (µs) | process CPU/step (ms) | GCs "
-            "(gen 2) | longest GC (ms) | p99 of steps without a GC (µs) |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| case | p50 (µs) | p99 (µs) | max (µs) | p99/p50 | thread CPU p50 (µs) | process CPU/step (ms) | "
+            "scrape child CPU/step (ms) | GCs (gen 2) | longest GC (ms) | p99 of steps without a GC (µs) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in overhead["rows"]:
             t = row["trainer_us"]
             if "gc" not in row:
-                out.append(f"| {row['case']} | {t['p50']:.1f} | {t['p99']:.1f} | {t['max']:.1f} | | | | | | |")
+                out.append(f"| {row['case']} | {t['p50']:.1f} | {t['p99']:.1f} | {t['max']:.1f} | | | | | | | |")
                 continue
             g = row["gc"]
             out.append(
                 f"| {row['case']} | {t['p50']:.0f} | {t['p99']:.0f} | {t['max']:.0f} | {row['p99_over_p50']:.1f} "
                 f"| {row['trainer_thread_cpu_us_p50']:.0f} | {row['process_cpu_ms_per_step_mean']:.2f} "
-                f"| {g['collections']} ({g['by_generation']['2']}) | {g['longest_ms']:.1f} "
+                f"| {row['child_cpu_ms_per_step_mean']:.2f} | {g['collections']} ({g['by_generation']['2']}) "
+                f"| {g['longest_ms']:.1f} "
                 f"| {g['p99_us_of_steps_without']:.0f} |"
             )
+        allocations = overhead.get("allocations")
+        if allocations:
+            b = allocations["boundary_bytes"]
+            out += [
+                "",
+                f"Allocated while one boundary runs: p50 {b['p50'] / 1024:.0f} KiB, p99 {b['p99'] / 1024:.0f} KiB; "
+                f"retained growth {allocations['retained_growth_bytes_per_step']:.1f} bytes per step.",
+            ]
         out.append("")
     return "\n".join(out)
 

@@ -26,6 +26,7 @@ from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
+from otel_bridge.producers.scrape_process import ScrapeProcess, Scraper
 from otel_bridge.prometheus.connect import connect
 from otel_bridge.prometheus.credentials import tls_arguments
 from otel_bridge.reader import MetricProducer
@@ -65,7 +66,7 @@ def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQ
 
     tls = scrape_tls(config) if prom.boundary != "samples" else None  # checked now: a bad scrape.tls fails at start
 
-    def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> ScrapeProducer:
+    def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> Scraper:
         return scrape_producer(config, health, urls, counting, strict=True, discovered=False, tls=tls)
 
     return PromQLProducer(
@@ -101,12 +102,12 @@ def scrape_producer(
     strict: bool,
     discovered: bool,
     tls: TLSArguments | None = None,
-) -> ScrapeProducer:
+) -> Scraper:
     """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's timeouts, caps and TLS (``tls``:
-    :func:`scrape_tls` already computed)."""
+    :func:`scrape_tls` already computed), in a child process unless ``scrape.isolation`` is ``thread``."""
     scrape = config.scrape
     verify, cert = tls if tls is not None else scrape_tls(config)
-    return ScrapeProducer(
+    return (ScrapeProcess if scrape.isolation == "process" else ScrapeProducer)(
         targets,
         queries,
         health=health,

@@ -162,10 +162,7 @@ class ScrapeConfig(_Model):
     max_series: int = Field(
         20_000,
         gt=0,
-        description=(
-            "Cap on the series of the configured metrics one target may expose in one scrape; a larger page is "
-            "dropped for that scrape (counted in scrape_errors) after parsing stops at the cap."
-        ),
+        description="Cap on the configured metrics' series one target may expose per scrape; more: scrape dropped.",
     )
     auth: AuthConfig = Field(
         AuthConfig(),
@@ -175,6 +172,10 @@ class ScrapeConfig(_Model):
         ),
     )
     tls: TLSConfig = TLSConfig()
+    isolation: Literal["process", "thread"] = Field(
+        "process",
+        description="process: scrape and parse in a child process, off the trainer's interpreter lock (same records).",
+    )
 
     @field_validator("targets")
     @classmethod

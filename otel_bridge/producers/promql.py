@@ -50,7 +50,7 @@ from otel_bridge.producers.promql_plan import (
 )
 from otel_bridge.producers.promql_rules import RuleSet, counting, rules_in_use
 from otel_bridge.producers.promql_targets import schedule_of, scrape_urls, served_names, serving_targets
-from otel_bridge.producers.scrape import ScrapeProducer
+from otel_bridge.producers.scrape_process import Scraper
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
@@ -59,7 +59,7 @@ _log = logging.getLogger(__name__)
 
 BoundaryMode = Literal["auto", "scrape", "samples"]
 RulesMode = Literal["auto", "required", "off"]
-BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], ScrapeProducer]
+BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], Scraper]
 """Builds the scrape producer for boundary scrapes from target URLs and the queries it reads."""
 
 _STORED_SLACK_S = 0.25  # after a scrape's timeout, until its samples are queryable
@@ -99,7 +99,7 @@ class PromQLProducer:
         self._rules_mode: RulesMode = recording_rules
         self._rules: RuleSet | None = None
         self._refresh_interval_s = refresh_interval_s
-        self._scraper: ScrapeProducer | None = None
+        self._scraper: Scraper | None = None
         self._scraped: list[int] = []  # the counting queries the boundary scrapes read (the rest: Prometheus' samples)
         self._watcher: TargetWatcher | None = None
         self._closed = threading.Event()

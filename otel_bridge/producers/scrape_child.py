@@ -1,0 +1,188 @@
+"""The child process of :class:`~otel_bridge.producers.scrape_process.ScrapeProcess`: a
+:class:`~otel_bridge.producers.scrape.ScrapeProducer` whose HTTP reads, parsing and window statistics run here, on
+this process' interpreter lock, instead of the trainer's.
+
+Run as ``python -m otel_bridge.producers.scrape_child`` with the channel on stdin/stdout (:mod:`frames`). Requests are
+``(kind, id, payload)``; every answer is ``("reply", id, ok, value, health_ops)``, carrying the health updates made
+since the last answer, and log records travel as ``("log", fields)``. The end of stdin (the parent closed it or
+died) closes the producer and ends the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any
+
+from otel_bridge.errors import ConfigError, OtelBridgeError
+from otel_bridge.health import Health
+from otel_bridge.producers.frames import FrameWriter, read_frame
+from otel_bridge.producers.scrape import ScrapeProducer
+
+_log = logging.getLogger(__name__)
+_NICE = 10
+
+HealthOp = tuple[str, str, float, tuple[tuple[str, str], ...]]
+"""``(count | set | forget, name, value, labels)``: one update of the child's health, replayed on the parent's."""
+
+_RECORD_FIELDS = (
+    "name",
+    "levelno",
+    "levelname",
+    "pathname",
+    "filename",
+    "module",
+    "lineno",
+    "funcName",
+    "created",
+    "msecs",
+    "relativeCreated",
+    "thread",
+    "threadName",
+    "process",
+    "processName",
+)
+
+
+class RelayedHealth(Health):
+    """The child's :class:`Health`: every update is also kept, in order, for the next answer to carry."""
+
+    def __init__(self) -> None:
+        self._ops: list[HealthOp] = []
+        self._ops_lock = threading.Lock()
+        super().__init__()
+
+    def count(self, name: str, amount: float = 1.0, labels: Mapping[str, str] | None = None) -> None:
+        """Count, and keep the update for the parent."""
+        super().count(name, amount, labels)
+        self._keep("count", name, amount, labels)
+
+    def set(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        """Set, and keep the update for the parent."""
+        super().set(name, value, labels)
+        self._keep("set", name, value, labels)
+
+    def forget(self, name: str, labels: Mapping[str, str]) -> None:
+        """Forget, and keep the update for the parent."""
+        super().forget(name, labels)
+        self._keep("forget", name, 0.0, labels)
+
+    def _keep(self, op: str, name: str, value: float, labels: Mapping[str, str] | None) -> None:
+        with self._ops_lock:
+            self._ops.append((op, name, value, tuple(sorted((labels or {}).items()))))
+
+    def drain(self) -> list[HealthOp]:
+        """The updates since the last call."""
+        with self._ops_lock:
+            ops, self._ops = self._ops, []
+        return ops
+
+
+class _RelayHandler(logging.Handler):
+    """Sends this process' log records to the parent, which hands them to its own loggers of the same name."""
+
+    def __init__(self, writer: FrameWriter) -> None:
+        super().__init__()
+        self._writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = {name: getattr(record, name, None) for name in _RECORD_FIELDS}
+            fields["msg"] = record.getMessage()
+            if record.exc_info:
+                fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+            self._writer.send(("log", fields))
+        except Exception:  # noqa: BLE001 - logging's own contract: a failing handler reports, never raises
+            self.handleError(record)
+
+
+class _Child:
+    def __init__(self, writer: FrameWriter) -> None:
+        self._writer = writer
+        self._health = RelayedHealth()
+        self._producer: ScrapeProducer | None = None
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="otel-bridge-scrape-child")
+
+    def serve(self, channel: IO[bytes]) -> None:
+        while (message := read_frame(channel)) is not None:
+            kind, request, payload = message
+            if kind == "init":
+                self._answer(request, functools.partial(self._init, payload))
+            elif self._producer is None:
+                self._reply(request, False, ("ScrapeError", f"{kind} before init"))
+            elif kind == "boundary":
+                self._producer.on_boundary(payload)
+            elif kind == "targets":
+                self._producer.set_targets(payload)
+            elif kind == "close":
+                self._answer(request, self._producer.close)
+                break
+            else:
+                self._pool.submit(self._answer, request, self._handler(self._producer, kind, payload))
+        else:
+            if self._producer is not None:
+                self._producer.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _init(self, options: dict[str, Any]) -> None:
+        levels: dict[str, int] = options.pop("log_levels")
+        for name, level in levels.items():
+            logging.getLogger(name or None).setLevel(level)
+        self._producer = ScrapeProducer(health=self._health, **options)
+
+    @staticmethod
+    def _handler(producer: ScrapeProducer, kind: str, payload: Any) -> Callable[[], Any]:
+        if kind == "start":
+
+            def start() -> Any:
+                producer.start()
+                return producer.queries
+
+            return start
+        if kind == "produce":
+            return lambda: producer.produce(payload)
+        if kind == "unanswered":
+            return producer.unanswered
+        raise ConfigError(f"unknown request {kind!r} to the scrape process")
+
+    def _answer(self, request: int, work: Callable[[], Any]) -> None:
+        try:
+            value = work()
+        except OtelBridgeError as exc:
+            self._reply(request, False, (type(exc).__name__, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - answered with its text; the parent raises a typed error
+            _log.error("scrape process: unexpected %s", type(exc).__name__, exc_info=True)
+            self._reply(request, False, ("ScrapeError", f"unexpected {type(exc).__name__}: {exc}"))
+        else:
+            self._reply(request, True, value)
+
+    def _reply(self, request: int, ok: bool, value: Any) -> None:
+        # OSError: the parent is gone (its end of the channel closed); the loop ends at its EOF
+        with contextlib.suppress(OSError):
+            self._writer.send(("reply", request, ok, value, self._health.drain()))
+
+
+def main() -> None:
+    """Serve one producer over stdin/stdout until the parent closes the channel."""
+    # Ctrl-C in a terminal signals the whole foreground group: the parent decides when this process ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Below the trainer in the scheduler's eyes: on a node short of cores, training comes first and a boundary's
+    # reading comes later (boundary_lag_s says how much).
+    os.nice(_NICE)
+    channel_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot corrupt the channel
+    writer = FrameWriter(channel_out)
+    root = logging.getLogger()
+    root.handlers[:] = [_RelayHandler(writer)]
+    _Child(writer).serve(sys.stdin.buffer)
+
+
+if __name__ == "__main__":
+    main()

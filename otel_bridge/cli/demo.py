@@ -129,7 +129,28 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if not args.quiet:
         out.write("\n" + format_table(result.records) + "\n\n")
         out.write(f"records: {result.jsonl}\ntensorboard: {tensorboard_command(result.run_dir / 'tensorboard')}\n")
+        out.write(f"cli: {cli_hint()}\n")
     return 0
+
+
+def cli_hint() -> str:
+    """How to run ``otel-bridge`` from here: as is when it is on ``PATH``; else the virtualenv's script (e.g.
+    ``.venv/bin/otel-bridge`` after ``make demo``) and its ``activate``, runnable as printed."""
+    if shutil.which("otel-bridge") or not (Path(sys.executable).parent / "otel-bridge").exists():
+        return "otel-bridge --help (docs/cli.md)"
+    activate = Path(sys.executable).parent / "activate"
+    return (
+        f"{_runnable(Path(sys.executable).parent / 'otel-bridge')} --help (or: source {_runnable(activate)}, then "
+        "otel-bridge --help)"
+    )
+
+
+def _runnable(script: Path) -> str:
+    """``script`` as a shell word that runs from the current directory: relative when it lies below it."""
+    relative = os.path.relpath(script)
+    if relative.startswith(".."):
+        return shlex.quote(str(script))
+    return shlex.quote(relative if os.sep in relative else os.path.join(os.curdir, relative))
 
 
 def tensorboard_command(logdir: Path) -> str:
@@ -138,12 +159,11 @@ def tensorboard_command(logdir: Path) -> str:
     ``tensorboard`` when it is on ``PATH``; else the script next to this Python (the virtualenv's, e.g.
     ``.venv/bin/tensorboard``, relative when it is under the current directory); else the install command.
     """
+    script = Path(sys.executable).parent / "tensorboard"
     if shutil.which("tensorboard"):
         program = "tensorboard"
+    elif script.exists():
+        program = _runnable(script)
     else:
-        script = Path(sys.executable).parent / "tensorboard"
-        if not script.exists():
-            return f"pip install tensorboard, then: tensorboard --logdir {shlex.quote(str(logdir))}"
-        relative = os.path.relpath(script)
-        program = relative if not relative.startswith("..") else str(script)
-    return f"{shlex.quote(program)} --logdir {shlex.quote(str(logdir))}"
+        return f"pip install tensorboard, then: tensorboard --logdir {shlex.quote(str(logdir))}"
+    return f"{program} --logdir {shlex.quote(str(logdir))}"

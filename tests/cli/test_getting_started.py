@@ -27,10 +27,12 @@ from tests.helpers.prometheus_server import prometheus_binary
 
 
 def test_demo_prometheus_runs_the_promql_path_and_stops_what_it_started(tmp_path: Path) -> None:
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
     done = run_cli(
         ["demo", "--prometheus", "--steps", "3", "--step-seconds", "0.5", "--run-name", "r"],
         cwd=tmp_path,
-        env={"PROMETHEUS_BIN": prometheus_binary()},
+        env={"PROMETHEUS_BIN": prometheus_binary(), "PATH": path},  # as after `make demo`: .venv/bin not on PATH
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == ""
@@ -78,6 +80,18 @@ def test_demo_prometheus_runs_the_promql_path_and_stops_what_it_started(tmp_path
     assert inspect.returncode == 0, inspect.stderr
     assert "rollout/vllm/generation_tokens_total/delta" in inspect.stdout
     assert "actor/loss" in inspect.stdout
+
+    # point 3: the demo says how to reach the command line (here not on PATH: the virtualenv's script), runnable as
+    # printed, and how to put it on PATH
+    cli = re.search(r"^cli: (\S+) --help \(or: source (\S+), then otel-bridge --help\)$", done.stdout, re.M)
+    assert cli, done.stdout
+    assert (tmp_path / cli[1]).resolve() == Path(sys.executable).parent / "otel-bridge"
+    assert (tmp_path / cli[2]).resolve() == Path(sys.executable).parent / "activate"
+    helped = subprocess.run(
+        [cli[1], "--help"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert "doctor" in helped.stdout
 
 
 def test_demo_prometheus_without_a_binary_says_how_to_get_one(tmp_path: Path) -> None:

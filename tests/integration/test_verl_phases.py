@@ -89,3 +89,31 @@ def test_verls_marked_timer_blocks_become_phases_without_changing_the_trainer(
         assert record.values[TOKENS] == 2 * 5 * step
         for name in phases:
             assert record.values[f"phase/{name}/seconds"] == pytest.approx(timing_raw[name], abs=0.05)
+
+
+def test_each_of_verls_step_parts_becomes_a_phase(tmp_path: Path) -> None:
+    """Every part of a PPO step that verl 0.9's ``fit()`` times, named as ``ray_trainer`` names it (the reference
+    policy's block is ``str(Role.RefPolicy)``), becomes a phase through verl's own ``marked_timer``."""
+    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
+    parts = [
+        "gen", "reward", "old_log_prob", str(ray_trainer.Role.RefPolicy), "values", "adv", "update_critic",
+        "update_actor", "update_weights", "testing",
+    ]  # fmt: skip
+    restore = patch_verl({"run": {"dir": str(tmp_path)}})
+    try:
+        from verl.utils.tracking import Tracking
+
+        logger = Tracking(project_name="p", experiment_name="parts", default_backend=["console"], config={})
+        timing_raw: dict[str, float] = {}
+        with ray_trainer.marked_timer("step", timing_raw):
+            for name in parts:
+                with ray_trainer.marked_timer(name, timing_raw):
+                    pass
+        logger.log(data={"timing_s/step": timing_raw["step"]}, step=1)
+        logger.finish()
+    finally:
+        restore()
+    record = logger.bridge.record(1)
+    assert record is not None
+    assert sorted(k for k in record.values if k.startswith("phase/")) == sorted(f"phase/{n}/seconds" for n in parts)
+    assert "ref" in parts

@@ -104,6 +104,7 @@ class PromQLProducer:
         self._watcher: TargetWatcher | None = None
         self._closed = threading.Event()
         self._health = health or Health()
+        self._down_keys: set[str] = set()  # instances with a scrape_errors key from Prometheus' ``up``
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._health.count(QUERY_ERRORS, 0.0)
 
@@ -293,6 +294,7 @@ class PromQLProducer:
             pad_s=self._pad_s,
             closing_s=self._closing_s(),
             rules=self._rules,
+            watched=sorted(self._down_keys),
         )
         self._wait_until_stored(plan.close_at)
         metrics: list[Metric] = []
@@ -307,7 +309,7 @@ class PromQLProducer:
             self._health.count(QUERY_ERRORS)
             raise
         answered |= answer.answered
-        self._report_targets(answer)
+        self._report_targets(answer, plan)
         for index in sorted(answer.answered):
             query = self._queries[index]
             if index in answer.increases or index in answer.reread:
@@ -377,7 +379,7 @@ class PromQLProducer:
                 answer.increases[index] = merge_increases(answer.increases.get(index, {}), summed, exact)
         return answer
 
-    def _report_targets(self, answer: WindowAnswer) -> None:
+    def _report_targets(self, answer: WindowAnswer, plan: WindowPlan) -> None:
         if self._scraper is None:
             self._health.set(BOUNDARY_LAG, answer.lag_s or 0.0)
         elif self._increase_queries():  # remote-written counters beside the scraped ones: the larger distance
@@ -385,6 +387,7 @@ class PromQLProducer:
         self._health.set(TARGETS_DOWN, float(len(answer.failed_scrapes)))
         for (job, instance), failed in sorted(answer.failed_scrapes.items()):
             self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
+            self._down_keys.add(instance)
             self._warn.warning(
                 f"down:{job}/{instance}",
                 "Prometheus could not scrape %s (job %s) %d time(s) during the step: its metrics are missing from "
@@ -393,6 +396,12 @@ class PromQLProducer:
                 job,
                 int(failed),
             )
+        if answer.present is not None:
+            # A target Prometheus no longer scrapes (dropped from its service discovery or config) takes its key
+            # with it, as the scrape path's set_targets does: otherwise every record would carry it forever.
+            for gone in sorted(set(plan.watched) - answer.present):
+                self._health.forget(SCRAPE_ERRORS, {"instance": gone})
+                self._down_keys.discard(gone)
 
 
 def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:

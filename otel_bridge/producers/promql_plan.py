@@ -14,7 +14,10 @@ so the answer's size grows with the configured metrics and label groups, not wit
   the sums above (:meth:`WindowPlan.summed_share`) is replaced by their exact increase, so a restart costs the bytes
   of that one replica, and exactness is kept;
 - the largest distance between a boundary and the sample that stood for it (``timestamp(x @ t)``);
-- the targets whose scrapes failed during the window (Prometheus' own ``up``).
+- the targets whose scrapes failed during the window (Prometheus' own ``up``);
+- which of the targets the bridge keeps health keys for (``watched``: those that failed before) Prometheus still
+  scrapes at the window's end (``up`` there, an instant selector: a target Prometheus dropped has a staleness marker),
+  so the keys of a target that left can go.
 
 With the bridge's recording rules loaded (:mod:`otel_bridge.producers.promql_rules`), the queries they serve read
 the rules' per-group sums at each boundary instead (the rule group's last evaluation at or before it, ``t_r``); the
@@ -25,7 +28,7 @@ The run's last window (:attr:`StepWindow.final`) is closed by the first sample a
 the latest (for a counter between resets that is the smallest sample after the end: ``min_over_time``).
 
 Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: metric 3's max; ``2/increase/0``,
-``2/reread``, ``2/lag/end``, ``down``); series with a value the plan did not issue are ignored.
+``2/reread``, ``2/lag/end``, ``down``, ``present``); series with a value the plan did not issue are ignored.
 """
 
 from __future__ import annotations
@@ -65,7 +68,9 @@ Target = tuple[str, str]
 class Part:
     """What one tagged part of the union answers."""
 
-    kind: Literal["stat", "promql", "end", "start", "reread", "lag", "down", "rule_time", "rule_age", "rule_reread"]
+    kind: Literal[
+        "stat", "promql", "end", "start", "reread", "lag", "down", "present", "rule_time", "rule_age", "rule_reread"
+    ]
     index: int = -1
     name: str = ""
     stat: str | None = None
@@ -81,6 +86,8 @@ class WindowAnswer:
     answered: set[int] = field(default_factory=set)
     lag_s: float | None = None
     failed_scrapes: dict[Target, float] = field(default_factory=dict)
+    present: set[str] | None = None
+    """The plan's ``watched`` instances Prometheus still scrapes at the window's end; ``None`` when none are watched."""
     rule_times: dict[str, float] = field(default_factory=dict)
     """``{"start": t_rs, "end": t_re}``: the rule evaluations that stand for the boundaries (recording rules)."""
     rule_ages: dict[str, float] = field(default_factory=dict)
@@ -105,6 +112,7 @@ class WindowPlan:
     ``increase_queries`` are the indices of the counter, histogram and ratio queries whose increases Prometheus sums
     (the others are read elsewhere, e.g. by boundary scrapes). ``pad_s`` is how far before a boundary its sample may
     lie (2 scrape intervals); ``closing_s`` how far after the end of a final window its closing sample may lie.
+    ``watched`` are the instances whose presence in Prometheus the answer reports (:attr:`WindowAnswer.present`).
     """
 
     def __init__(
@@ -117,8 +125,10 @@ class WindowPlan:
         closing_s: float,
         report_down: bool = True,
         rules: RuleSet | None = None,
+        watched: Sequence[str] = (),
     ) -> None:
         self.window = window
+        self.watched = sorted({instance for instance in watched if instance})
         self.queries = list(queries)
         self.pad_s = pad_s
         self.increase_queries = [i for i in increase_queries if window.start is not None]
@@ -144,6 +154,9 @@ class WindowPlan:
         if report_down and window.start is not None:
             w = promql.duration(max(window.end - window.start, 0.001))
             self._add("down", Part("down"), f"(count_over_time(up[{w}]) - sum_over_time(up[{w}])) > 0")
+        if self.watched:
+            watched = promql.value_alternation(self.watched)
+            self._add("present", Part("present"), f"group by (instance) (up{{instance=~{watched}}})")
 
     @property
     def expression(self) -> str | None:
@@ -247,7 +260,7 @@ class WindowPlan:
 
     def read(self, result: QueryResult) -> WindowAnswer:
         """Sort the union's answer by part; series with a tag this plan did not issue are ignored."""
-        answer = WindowAnswer()
+        answer = WindowAnswer(present=set() if self.watched else None)
         for series in result.series:
             part = self.parts.get(series.labels.get(TAG_LABEL, ""))
             if part is None or not series.samples:
@@ -257,6 +270,10 @@ class WindowPlan:
             target = (labels.get("job", ""), labels.get("instance", ""))
             if part.kind == "down":
                 answer.failed_scrapes[target] = value
+                continue
+            if part.kind == "present":
+                if answer.present is not None and target[1] in self.watched:
+                    answer.present.add(target[1])
                 continue
             if part.kind in ("rule_time", "rule_age"):
                 (answer.rule_times if part.kind == "rule_time" else answer.rule_ages)[part.name] = value

@@ -109,6 +109,30 @@ def test_answer_is_read_by_part_and_foreign_tags_are_ignored() -> None:
     assert answer.answered == {0, 1, 2}
 
 
+def test_watched_instances_are_asked_whether_prometheus_still_scrapes_them() -> None:
+    """Issue 14 finding 21: the instances with a scrape_errors key from ``up`` are checked at the window's end (an
+    instant ``up``, which a target Prometheus dropped no longer has), so the producer can forget the ones that left."""
+    assert "present" not in plan().parts
+    assert plan().read(QueryResult(result_type="vector", series=())).present is None
+    watching = WindowPlan(
+        QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.5, watched=["127.0.0.1:8002", "a|b", ""]
+    )
+    assert watching.watched == ["127.0.0.1:8002", "a|b"]
+    assert watching.expression is not None
+    assert 'group by (instance) (up{instance=~"127\\\\.0\\\\.0\\\\.1:8002|a\\\\|b"})' in watching.expression
+    answer = watching.read(
+        QueryResult(
+            result_type="vector",
+            series=(
+                series("present", 1.0, instance="127.0.0.1:8002"),
+                series("present", 1.0, instance="127.0.0.1:9999"),  # not watched: ignored
+            ),
+        )
+    )
+    assert answer.present == {"127.0.0.1:8002"}
+    assert watching.read(QueryResult(result_type="vector", series=())).present == set()
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("15s", 15.0), ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0), ("2d", 172800.0)]
 )

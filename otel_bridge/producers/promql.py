@@ -155,10 +155,11 @@ class PromQLProducer:
         window = StepWindow(step=-1, start=now - self._pad_s, end=now)
         check_expressions(self._client, self._queries, window, self._increase_queries(), pad_s=self._pad_s)
         if not self._ready:
-            targets = self._serving_targets()
+            primary = self._primary_names()
             gauges = sorted({q.name for q in self._queries if q.kind == "gauge" and q.name and q.ratio is None})
             # The scrape interval matters to gauges too (a short step may hold no sample of them).
-            scraped = serving_targets(self._client, [*self._primary_names(), *gauges]) if gauges else targets
+            found = serving_targets(self._client, primary, *([[*primary, *gauges]] if gauges else []))
+            targets, scraped = found[0], found[-1]
             self._learn_schedule(scraped)
             self._choose_boundary(targets)
             self._learn_rules()
@@ -194,7 +195,7 @@ class PromQLProducer:
 
     def _serving_targets(self) -> list[dict[str, object]]:
         """Prometheus' targets serving the configured counters and histograms."""
-        return serving_targets(self._client, self._primary_names())
+        return serving_targets(self._client, self._primary_names())[0]
 
     def _learn_schedule(self, targets: Sequence[dict[str, object]]) -> None:
         schedule = schedule_of(targets, self._interval_s)

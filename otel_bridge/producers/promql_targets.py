@@ -23,18 +23,19 @@ class Schedule:
     targets_known: bool
 
 
-def serving_targets(client: PrometheusClient, names: Sequence[str]) -> list[dict[str, object]]:
-    """Prometheus' active targets (``/api/v1/targets``) that have a series named in ``names``.
+def serving_targets(client: PrometheusClient, *name_sets: Sequence[str]) -> list[list[dict[str, object]]]:
+    """For each of ``name_sets``, Prometheus' active targets (``/api/v1/targets``, asked once) that have a series named
+    in it.
 
     A compatible store without that API (Thanos, Mimir, ...: its series arrive by remote write) has no targets to
     list: then none, logged once, and the configured ``prometheus.scrape_interval_s`` stands.
     """
-    if not names:
-        return []
-    expr = f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
-    serving = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in client.query(expr).series}
-    if not serving:
-        return []
+    serving: list[set[Target]] = []
+    for names in name_sets:
+        series = client.query(_group_by_target(names)).series if names else ()
+        serving.append({(s.labels.get("job", ""), s.labels.get("instance", "")) for s in series})
+    if not any(serving):
+        return [[] for _ in serving]
     try:
         targets = client.targets()
     except (PrometheusAPIError, PrometheusResponseError) as exc:
@@ -44,8 +45,12 @@ def serving_targets(client: PrometheusClient, names: Sequence[str]) -> list[dict
             client.url,
             exc,
         )
-        return []
-    return [t for t in targets if target_key(t) in serving]
+        return [[] for _ in serving]
+    return [[t for t in targets if target_key(t) in keys] for keys in serving]
+
+
+def _group_by_target(names: Sequence[str]) -> str:
+    return f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
 
 
 def served_names(client: PrometheusClient, names: Sequence[str], targets: Sequence[dict[str, object]]) -> set[str]:

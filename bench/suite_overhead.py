@@ -9,6 +9,7 @@ dict, plus 100 ``dict[key] += 1`` for the counters.
 Cases, in one run:
 
 * ``quiet``: no infrastructure source, a JSONL tracker (the trainer's side alone);
+* ``quiet, collect every 10``: the same with ``otel.collect_every: 10`` (the SDK's collection at every 10th step);
 * ``busy, thread`` (before): the same, while the bridge scrapes ``BUSY_ENDPOINTS`` endpoints serving the real vLLM
   capture (the ``vllm`` preset, an in-step sample every ``BUSY_SAMPLE_S``) with ``scrape.isolation: thread``: the
   sampler parses and computes beside the training loop, in its process;
@@ -44,6 +45,7 @@ STEP_WORK_S = 0.002
 BUSY_STEP_WORK_S = 0.25  # a fine-tuning loop's step: long enough for the endpoints' readings to keep up
 BUSY_ENDPOINTS = 32
 BUSY_SAMPLE_S = 1.0
+COLLECT_EVERY = 10
 _log = logging.getLogger(__name__)
 
 
@@ -174,9 +176,19 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
     busy_steps = 160 if quick else 600
     rows = []
     samples: dict[str, Any] = {}
-    for case, isolation in (("quiet", None), ("busy, thread", "thread"), ("busy, process", "process")):
-        name = case.replace(", ", "-")
-        config: dict[str, Any] = {"trackers": [{"type": "jsonl"}], "run": {"name": name, "dir": str(workdir)}}
+    cases = (
+        ("quiet", None, 1),
+        (f"quiet, collect every {COLLECT_EVERY}", None, COLLECT_EVERY),
+        ("busy, thread", "thread", 1),
+        ("busy, process", "process", 1),
+    )
+    for case, isolation, collect_every in cases:
+        name = case.replace(", ", "-").replace(" ", "-")
+        config: dict[str, Any] = {
+            "trackers": [{"type": "jsonl"}],
+            "run": {"name": name, "dir": str(workdir)},
+            "otel": {"collect_every": collect_every},
+        }
         servers = capture_servers(BUSY_ENDPOINTS) if isolation else nullcontext()
         with servers as capture:
             if capture is not None:
@@ -206,6 +218,7 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
         "step_work_s": STEP_WORK_S,
         "busy_steps": busy_steps,
         "busy_step_work_s": BUSY_STEP_WORK_S,
+        "collect_every": COLLECT_EVERY,
         "busy_endpoints": BUSY_ENDPOINTS,
         "busy_sample_interval_s": BUSY_SAMPLE_S,
     }

@@ -129,6 +129,7 @@ class Bridge(PhaseMarks):
                 resource=resource,
                 warn_interval_s=config.delivery.warn_interval_s,
                 infra_deadline=self._infra if self._producers else None,
+                collect_every=config.otel.collect_every,
             )
             self._provider = attach_readers([self.reader, *self._extra.readers], resource, self.health, meter_provider)
             self.meter_provider = self._provider.provider
@@ -376,6 +377,7 @@ class Bridge(PhaseMarks):
         # the run's last window: sources that sample on their own schedule close it
         if self._pending is not None and not self._pending.queued:
             self._pending.window = dataclasses.replace(self._pending.window, final=True)
+            self._pending.instruments = self.reader.final_instruments(self._pending.instruments)
         self.commit()
         self._closed = True
         atexit.unregister(self._close_at_exit)

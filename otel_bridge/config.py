@@ -352,6 +352,7 @@ class OTelConfig(_Model):
     run_id: str | None = Field(None, description="Resource attribute otel_bridge.run; default the run name.")
     rank: int | None = Field(None, ge=0, description="Resource attribute otel_bridge.rank; default $RANK.")
     resource_attributes: dict[str, str] = Field(default_factory=dict)
+    collect_every: int = Field(1, ge=1, description="Collect the instruments at every N-th step only (README).")
     prometheus: PrometheusEndpointConfig = PrometheusEndpointConfig()
     otlp: OTLPConfig = OTLPConfig()
 

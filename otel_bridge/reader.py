@@ -102,8 +102,12 @@ class StepMetricReader(MetricReader):
         warn_interval_s: float = 60.0,
         produce_timeout_s: float | None = None,
         infra_deadline: InfraDeadline | None = None,
+        collect_every: int = 1,
     ) -> None:
         super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+        self._collect_every = collect_every
+        self._boundaries = 0
+        self._skipped = False  # the last boundary did not collect: its observations wait for a later one
         self._deadline = infra_deadline or (
             InfraDeadline(produce_timeout_s) if produce_timeout_s is not None and producers else None
         )
@@ -140,11 +144,17 @@ class StepMetricReader(MetricReader):
                 metrics_data = fold_deltas(self._received, metrics_data)
             self._received = metrics_data
 
-    def snapshot_instruments(self) -> list[ResourceMetrics]:
-        """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet.
+    def snapshot_instruments(self, *, force: bool = False) -> list[ResourceMetrics]:
+        """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet, and at the
+        boundaries ``collect_every`` skips (``otel.collect_every``: the 1st, then every N-th boundary collects) unless
+        ``force``: histogram observations of skipped boundaries go to the next collecting one.
 
         A ``collect()`` someone made since the last boundary is not lost: its histogram deltas are added in.
         """
+        self._boundaries += 1
+        self._skipped = not force and (self._boundaries - 1) % self._collect_every != 0
+        if self._skipped:
+            return []
         with self._lock:
             self.collect()
             received, self._received = self._received, None
@@ -157,6 +167,11 @@ class StepMetricReader(MetricReader):
             )
             for rm in collected
         ]
+
+    def final_instruments(self, snapshot: Sequence[ResourceMetrics]) -> Sequence[ResourceMetrics]:
+        """The instruments for the run's last record: ``snapshot``, or, if its boundary skipped collecting, a
+        collection now (what the skipped boundaries observed is not left out of the run)."""
+        return self.snapshot_instruments(force=True) if self._skipped else snapshot
 
     def assemble(
         self,

@@ -47,9 +47,16 @@ USER_CODE = textwrap.dedent(
 )
 
 
-def test_install_routes_plain_otel_code_everywhere(tmp_path: Path) -> None:
+def run_user_code(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` as a script of its own process (the global MeterProvider is set once per process), with ``args``."""
     script = tmp_path / "user_code.py"
-    script.write_text(USER_CODE)
+    script.write_text(code)
+    return subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_install_routes_plain_otel_code_everywhere(tmp_path: Path) -> None:
 
     def receive(request: RecordedRequest) -> Response:
         return Response(
@@ -57,13 +64,7 @@ def test_install_routes_plain_otel_code_everywhere(tmp_path: Path) -> None:
         )
 
     with ScriptedHTTPServer(receive) as receiver:
-        done = subprocess.run(
-            [sys.executable, str(script), str(tmp_path / "runs"), f"{receiver.url}/v1/metrics"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_user_code(tmp_path, USER_CODE, str(tmp_path / "runs"), f"{receiver.url}/v1/metrics")
         pushes = [r for r in receiver.requests if r.method == "POST" and r.path == "/v1/metrics"]  # not /v1/traces
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -93,3 +94,37 @@ def test_install_routes_plain_otel_code_everywhere(tmp_path: Path) -> None:
         for p in m.sum.data_points
     ]
     assert ("user.samples", 5, {"split": "train"}) in points
+
+
+REFUSED = textwrap.dedent(
+    """
+    import json, sys
+    import otel_bridge
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    metrics.set_meter_provider(MeterProvider())  # the application configured OpenTelemetry first
+    trackers = [{"type": "jsonl"}, {"type": "tensorboard"}, {"type": "mlflow", "tracking_uri": sys.argv[2]}]
+    try:
+        otel_bridge.install({"run": {"name": "refused", "dir": sys.argv[1]}, "trackers": trackers})
+        print(json.dumps({"error": None}))
+    except otel_bridge.ConfigError as exc:
+        print(json.dumps({"error": str(exc)}))
+    """
+)
+
+
+def test_install_over_a_provider_already_set_refuses_before_creating_any_run(tmp_path: Path) -> None:
+    """Issue 16 point 5 for install(): refused because the application set its own global MeterProvider first, it
+    leaves no empty tracker run behind (nor OTel's 'Overriding of current MeterProvider' warning), and says the way
+    forward (issue 15 section 2)."""
+    store = tmp_path / "mlflow.db"
+    done = run_user_code(tmp_path, REFUSED, str(tmp_path / "runs"), f"sqlite:///{store}")
+    assert done.returncode == 0, done.stderr
+    error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
+    assert error is not None
+    assert "already set" in error
+    assert "Bridge.from_config(config, meter_provider=opentelemetry.metrics.get_meter_provider())" in error
+    assert not (tmp_path / "runs").exists(), sorted(str(p) for p in (tmp_path / "runs").rglob("*"))
+    assert not store.exists(), "an MLflow run was opened"
+    assert "Overriding" not in done.stderr, done.stderr

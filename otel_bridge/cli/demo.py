@@ -25,6 +25,12 @@ TABLE_KEYS = (
     "rollout/vllm/prefix_cache_hit_rate",
     "rollout/vllm/time_to_first_token_seconds/p99",
     "rollout/vllm/e2e_request_latency_seconds/mean",
+    "phase/gen/seconds",
+    "phase/gen/rollout/vllm/generation_tokens_total/rate",
+    "phase/gen/rollout/vllm/kv_cache_usage_perc/max",
+    "phase/update/seconds",
+    "phase/update/rollout/vllm/generation_tokens_total/rate",
+    "phase/update/rollout/vllm/kv_cache_usage_perc/max",
 )
 
 

@@ -65,6 +65,13 @@ def test_demo_prometheus_runs_the_promql_path_and_stops_what_it_started(tmp_path
             assert f"phase/{phase}/rollout/vllm/kv_cache_usage_perc/max" in record, (phase, record)
             assert f"phase/{phase}/rollout/vllm/num_requests_running/max" in record, (phase, record)
 
+    # issue 15 point 4: the demo's table shows what the rollout servers did in each phase
+    for phase in ("gen", "update"):
+        for key in ("generation_tokens_total/rate", "kv_cache_usage_perc/max"):
+            row = re.search(rf"^phase/{phase}/rollout/vllm/{key} +(.+)$", done.stdout, re.M)
+            assert row, done.stdout
+            assert len(row[1].split()) == 3, row[0]  # one column per step
+
     # point 3: the printed TensorBoard hint runs as printed, from the same directory (--inspect reads the events)
     hint = re.search(r"^tensorboard: (.+)$", done.stdout, re.M)
     assert hint, done.stdout

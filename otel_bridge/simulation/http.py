@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,14 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], render: Callable[[], bytes]) -> None:
         super().__init__(address, _Handler)
         self.render = render
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before the answer (a scrape that timed out, a scraper that exited) is routine for a
+        server: logged at debug level instead of socketserver's traceback on stderr."""
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError, ...
+            _log.debug("client %s went away before the answer", client_address)
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

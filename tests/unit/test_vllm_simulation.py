@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -343,6 +345,29 @@ def test_http_server_answers_500_when_rendering_fails() -> None:
 
     with MetricsHTTPServer(broken) as server:
         assert requests.get(server.url, timeout=10).status_code == 500
+
+
+def test_http_server_is_quiet_when_a_client_goes_away_mid_answer(capfd: pytest.CaptureFixture[str]) -> None:
+    """A scraper that hangs up before the answer (a timed-out Prometheus scrape, a scrape process that exits) is
+    routine for a server: no traceback on stderr (the demo printed one per such scrape), and it keeps serving."""
+    gone = threading.Event()
+    answered = threading.Event()
+
+    def render() -> bytes:
+        gone.wait(10)  # answer only once the client has reset the connection
+        answered.set()
+        return b"x" * 1_000_000
+
+    with MetricsHTTPServer(render) as server:
+        client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        client.close()
+        gone.set()
+        assert answered.wait(10)
+        time.sleep(0.3)  # the handler's write fails now
+        assert requests.get(server.url, timeout=10).status_code == 200
+    assert capfd.readouterr().err == ""
 
 
 def test_module_runs_as_a_separate_process_printing_one_line() -> None:

@@ -37,7 +37,7 @@ def settled_targets(
     targets = client.targets()
     if not targets:
         age = _age_s(client)
-        deadline = clock() + max(0.0, STARTUP_S - age) if age is not None else clock()
+        deadline = clock() + (min(STARTUP_S, max(0.0, STARTUP_S - age)) if age is not None else 0.0)
         while not targets and clock() < deadline:
             sleep(POLL_S)
             targets = client.targets()

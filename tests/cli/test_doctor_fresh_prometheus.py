@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from otel_bridge.cli.doctor_prometheus import PrometheusChecks
+from otel_bridge.cli.doctor_prometheus import POLL_S, STARTUP_S, PrometheusChecks, settled_targets
 from otel_bridge.config import PrometheusConfig
 from otel_bridge.prometheus.client import PrometheusClient
 from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
@@ -129,3 +129,19 @@ def test_a_long_running_prometheus_that_scrapes_nothing_fails_at_once() -> None:
         check, elapsed = check_targets(server)
     assert (check["status"], check["detail"]) == ("fail", "Prometheus scrapes nothing")
     assert elapsed < 1.0
+
+
+def test_the_wait_for_a_fresh_prometheus_is_bounded_even_when_its_clock_runs_ahead() -> None:
+    """``startTime`` comes from Prometheus' clock: one ahead of ours must not stretch the wait past STARTUP_S."""
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    with prometheus_answering(iter([[]]), started_s_ago=-3600.0) as server:
+        client = PrometheusClient(PrometheusConfig(url=server.url, retries=0), server.url)
+        try:
+            assert settled_targets(client, clock=lambda: now[0], sleep=sleep) == []
+        finally:
+            client.close()
+    assert 0 < now[0] <= STARTUP_S + POLL_S

@@ -63,7 +63,9 @@ class JsonlBackend:
         self.name = "jsonl"
         self.path = path
         self._fd: int | None = None
-        self._written: list[int] = []  # the steps written by this backend, checked again by verify()
+        # The steps written by this backend, checked again by verify(): runs [first, last] of consecutive steps, so
+        # a long run keeps a few integers, not one per step.
+        self._written: list[list[int]] = []
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             needs_newline = self._ends_without_newline(path)
@@ -108,7 +110,10 @@ class JsonlBackend:
             self._append((line + "\n").encode("utf-8"))
         except OSError as err:
             raise BackendError(f"jsonl: cannot write step {record.step} to {self.path}: {err}") from err
-        self._written.append(record.step)
+        if self._written and self._written[-1][1] + 1 == record.step:
+            self._written[-1][1] = record.step
+        else:
+            self._written.append([record.step, record.step])
 
     def verify(self) -> list[str]:
         """Re-read the file: the steps written that it no longer holds, and lines that are not JSON (after close).
@@ -130,7 +135,8 @@ class JsonlBackend:
         except OSError as err:
             return [f"{self.path} cannot be read back: {err}"]
         problems = []
-        if missing := sorted(set(self._written) - found):
+        written = (step for first, last in self._written for step in range(first, last + 1))
+        if missing := [step for step in written if step not in found]:
             shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
             problems.append(f"{self.path} does not hold {len(missing)} step(s) written to it (truncated?): {shown}")
         if broken:

@@ -176,7 +176,7 @@ def main() -> None:
     # Below the trainer in the scheduler's eyes: on a node short of cores, training comes first and a boundary's
     # reading comes later (boundary_lag_s says how much).
     os.nice(_NICE)
-    channel_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    channel_out = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot corrupt the channel
     writer = FrameWriter(channel_out)
     root = logging.getLogger()

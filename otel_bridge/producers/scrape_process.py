@@ -100,15 +100,20 @@ class ScrapeProcess:
         self._gone: str | None = None  # why the child cannot answer any more
         self._closing = False
         self._outbox: queue.SimpleQueue[tuple[str, int, Any] | None] = queue.SimpleQueue()
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", _CHILD_MODULE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=_child_environment(),
-        )
-        assert self._process.stdin is not None
+        self._queued = 0  # messages in the outbox not yet written: a direct write must wait its turn behind them
+        self._order = threading.Lock()
+        requests, self._requests_fd = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", _CHILD_MODULE], stdin=requests, stdout=subprocess.PIPE, env=_child_environment()
+            )
+        except BaseException:
+            os.close(self._requests_fd)
+            raise
+        finally:
+            os.close(requests)
         assert self._process.stdout is not None
-        self._writer = FrameWriter(self._process.stdin)
+        self._writer = FrameWriter(self._requests_fd)
         self._reader = threading.Thread(
             target=self._read, args=(self._process.stdout,), name="otel-bridge-scrape-replies", daemon=True
         )
@@ -143,8 +148,8 @@ class ScrapeProcess:
         self._queries = list(self._call("start", None, self._produce_timeout_s + _ANSWER_MARGIN_S))
 
     def on_boundary(self, t: float) -> None:
-        """Tell the child about a boundary at ``t`` (a queue put: never blocks, whatever the child does)."""
-        self._outbox.put(("boundary", -1, t))
+        """Tell the child about a boundary at ``t`` (never blocks, whatever the child does; see :meth:`_post`)."""
+        self._post(("boundary", -1, t))
 
     def produce(self, window: StepWindow) -> list[Metric]:
         """The child's statistics for ``window`` (its :class:`ScrapeError` when the boundary scrape did not finish)."""
@@ -152,7 +157,7 @@ class ScrapeProcess:
 
     def set_targets(self, targets: Sequence[str]) -> None:
         """Scrape these targets from the child's next round on."""
-        self._outbox.put(("targets", -1, list(targets)))
+        self._post(("targets", -1, list(targets)))
 
     def unanswered(self) -> list[str]:
         """The targets whose latest scrape failed."""
@@ -186,7 +191,9 @@ class ScrapeProcess:
                 raise ScrapeError(self._gone)
             request = next(self._requests)
             self._pending[request] = future
-        self._outbox.put((kind, request, payload))
+        # This thread may wait for room in the pipe. OSError: the child is gone, the reader fails the future with why.
+        with contextlib.suppress(OSError):
+            self._writer.send((kind, request, payload))
         try:
             ok, value = future.result(timeout=timeout_s)
         except FutureTimeout:
@@ -201,12 +208,26 @@ class ScrapeProcess:
         type_name, message = value
         raise (ConfigError if type_name == "ConfigError" else ScrapeError)(message)
 
+    def _post(self, message: tuple[str, int, Any]) -> None:
+        """Send ``message`` without ever waiting: written at once when the pipe has room and nothing queued earlier
+        is still unwritten (a boundary reaches the child in microseconds, with no other thread to wake), otherwise
+        queued for the sender thread. Messages reach the child in the order they were posted."""
+        with self._order:
+            if self._queued == 0:
+                try:
+                    if self._writer.try_send(message):
+                        return
+                except OSError:  # the child is gone; the reader reports it
+                    return
+            self._queued += 1
+            self._outbox.put(message)
+
     def _send(self) -> None:
         while (message := self._outbox.get()) is not None:
-            try:
+            with contextlib.suppress(OSError):  # the child is gone; the reader reports it
                 self._writer.send(message)
-            except OSError:  # the child is gone; the reader reports it
-                break
+            with self._order:
+                self._queued -= 1
         with contextlib.suppress(OSError):
             self._writer.close()
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,43 @@ def test_the_scrape_child_ignores_ctrl_c_and_ends_with_its_parent(tmp_path: Path
         if trainer.poll() is None:
             trainer.kill()
             trainer.wait(10)
+
+
+def test_boundaries_never_wait_for_a_stopped_child_and_its_backlog_is_read(replicas: list[Replica]) -> None:
+    from otel_bridge.config import MetricConfig
+    from otel_bridge.producers.metric_set import resolve_metrics
+    from otel_bridge.producers.scrape_process import ScrapeProcess
+    from otel_bridge.window import StepWindow
+
+    queries = resolve_metrics([MetricConfig(name="vllm:generation_tokens_total", type="counter", stats=["delta"])])
+    producer = ScrapeProcess([replicas[0].url], queries, sample_interval_s=0, produce_timeout_s=20)
+    try:
+        producer.start()
+        first = time.time()
+        producer.on_boundary(first)
+        os.kill(producer.pid, signal.SIGSTOP)  # its pipe fills after ~1,500 boundaries: the rest must queue
+        try:
+            boundaries: list[float] = []
+
+            def post() -> None:
+                for _ in range(5000):
+                    boundaries.append(time.time())
+                    producer.on_boundary(boundaries[-1])
+
+            sender = threading.Thread(target=post)
+            sender.start()
+            sender.join(30)
+            assert not sender.is_alive()  # every call returned while the child could read nothing
+        finally:
+            os.kill(producer.pid, signal.SIGCONT)
+        (backlog,) = producer.produce(StepWindow(0, first, boundaries[-1]))  # once the child has read the backlog
+        assert [p.value for p in backlog.data.data_points] == [0.0]
+        traffic(replicas[:1], 2)
+        last = time.time()
+        producer.on_boundary(last)
+        (metric,) = producer.produce(StepWindow(1, boundaries[-1], last))
+        # The queued boundaries were all delivered (the window above found its end), and the next window holds
+        # exactly this step's tokens.
+        assert [p.value for p in metric.data.data_points] == [float((20 + 7 * 2) * (2 % 3 + 1))]
+    finally:
+        producer.close()

@@ -30,6 +30,7 @@ import gc
 import logging
 import time
 import tracemalloc
+from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -46,6 +47,7 @@ BUSY_STEP_WORK_S = 0.25  # a fine-tuning loop's step: long enough for the endpoi
 BUSY_ENDPOINTS = 32
 BUSY_SAMPLE_S = 1.0
 COLLECT_EVERY = 10
+RETAINED_EVERY = 250  # steps between two readings of what stays allocated (after a full collection)
 _log = logging.getLogger(__name__)
 
 
@@ -122,7 +124,7 @@ def _allocations(config: dict[str, Any], steps: int) -> dict[str, Any]:
     """Bytes allocated during one boundary (the peak while ``bridge.log`` runs, the previous record delivered first so
     no other thread allocates meanwhile), and what stays allocated as steps go on."""
     values = {f"trainer/metric_{i}": float(i) for i in range(KEYS)}
-    during: list[float] = []
+    during = array("d", bytes(8 * steps))  # preallocated raw doubles: the measurement itself allocates nothing per step
     retained: list[float] = []
     tracemalloc.start()
     try:
@@ -136,23 +138,32 @@ def _allocations(config: dict[str, Any], steps: int) -> dict[str, Any]:
                 tracemalloc.reset_peak()
                 bridge.log(values, step=step)
                 _, peak = tracemalloc.get_traced_memory()
-                during.append(float(peak - before))
+                during[step] = peak - before
                 bridge.collect(step)
-                gc.collect(0)
-                retained.append(float(tracemalloc.get_traced_memory()[0]))
+                if step % RETAINED_EVERY == 0:
+                    gc.collect()
+                    retained.append(float(tracemalloc.get_traced_memory()[0]))
     finally:
         tracemalloc.stop()
     # The bridge keeps the last KEPT_RECORDS records for collect() and record(): growth is measured once it is full.
-    full = retained[KEPT_RECORDS:]
-    tenth = max(1, len(full) // 10)
-    first, last = summary(full[:tenth])["p50"], summary(full[-tenth:])["p50"]
+    full = retained[KEPT_RECORDS // RETAINED_EVERY + 1 :]
     return {
         "case": "allocations",
-        "boundary_bytes": {k: summary(during)[k] for k in ("p50", "p99", "max")},
-        "retained_bytes_with_full_record_store": last,
-        "retained_growth_bytes_per_step": (last - first) / (len(full) - tenth),
-        "samples_s": {"boundary_bytes": during, "retained_bytes": retained},
+        "boundary_bytes": {k: summary(list(during))[k] for k in ("p50", "p99", "max")},
+        "retained_bytes_with_full_record_store": full[-1],
+        # a linear trend over the readings; a dict's table resizing moves single readings by tens of KB
+        "retained_growth_bytes_per_step": _slope(full) / RETAINED_EVERY,
+        "retained_span_bytes": max(full) - min(full),
+        "retained_after_steps": RETAINED_EVERY * (len(full) - 1),
+        "samples_s": {"boundary_bytes": list(during), "retained_bytes": retained},
     }
+
+
+def _slope(values: list[float]) -> float:
+    """Least-squares slope of ``values`` against their index."""
+    n = len(values)
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    return sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / sum((i - mean_x) ** 2 for i in range(n))
 
 
 def _plain(steps: int) -> list[float]:
@@ -204,7 +215,7 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
         samples[name] = result.pop("samples_s")
         rows.append({"case": case, **result})
     allocation_config = {"trackers": [{"type": "jsonl"}], "run": {"name": "allocations", "dir": str(workdir)}}
-    allocations = _allocations(allocation_config, KEPT_RECORDS + (200 if quick else 1000))
+    allocations = _allocations(allocation_config, KEPT_RECORDS + 6000)
     samples["allocations"] = allocations.pop("samples_s")
     plain = _plain(steps)
     s_plain = summary(plain)

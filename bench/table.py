@@ -117,7 +117,9 @@ def render() -> str:
             out += [
                 "",
                 f"Allocated while one boundary runs: p50 {b['p50'] / 1024:.0f} KiB, p99 {b['p99'] / 1024:.0f} KiB; "
-                f"retained growth {allocations['retained_growth_bytes_per_step']:.1f} bytes per step.",
+                f"retained growth {allocations['retained_growth_bytes_per_step']:.1f} bytes per step (trend over "
+                f"{allocations.get('retained_after_steps', 0)} steps after the record store is full; readings within "
+                f"{allocations.get('retained_span_bytes', 0) / 1024:.0f} KiB).",
             ]
         out.append("")
     return "\n".join(out)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Mapping
@@ -50,11 +51,17 @@ def check_step(step: object, call: str = "log") -> int:
     return value
 
 
+@functools.lru_cache(maxsize=4096)  # a trainer logs the same keys every step: name each once, not per call
+def _is_reserved(key: str) -> bool:
+    named = trainer_key(key)
+    return named == RESERVED_NAMESPACE or named.startswith(RESERVED_NAMESPACE + "/")
+
+
 def check_keys(metrics: Mapping[Any, Any]) -> None:
     """:class:`ReservedKeyError` when a key of ``metrics`` is in the bridge's own namespace (see the module)."""
     for key in metrics:
-        named = trainer_key(str(key))
-        if named == RESERVED_NAMESPACE or named.startswith(RESERVED_NAMESPACE + "/"):
+        if _is_reserved(str(key)):
+            named = trainer_key(str(key))
             raise ReservedKeyError(
                 f"log(): the trainer metric {str(key)[:200]!r} is named in otel-bridge's own namespace "
                 f"'{RESERVED_NAMESPACE}/' (its health keys and wandb's step axis '{RESERVED_NAMESPACE}/step'); "

@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.processes import SCRAPE_CHILD, children
+
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 CAPTURE = REPO / "tests" / "fixtures" / "vllm" / "metrics-after-requests.txt"
@@ -133,20 +135,17 @@ def capture_servers(count: int, capture: Path = CAPTURE) -> Iterator[CaptureServ
             process.wait(timeout=5)
 
 
-def children_cpu_s(command_part: str = "otel_bridge.producers.scrape_child") -> float:
+def children_cpu_s(command_part: str = SCRAPE_CHILD) -> float:
     """CPU seconds (user + system) used so far by this process' running children whose command line contains
     ``command_part`` (``/proc``; 0 elsewhere)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
-        for pid in children.read_text().split():
-            try:
-                if command_part not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                    continue
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # exited meanwhile
-                continue
-            total += (int(fields[11]) + int(fields[12])) / tick
+    for pid in children(command_part):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 

@@ -24,25 +24,16 @@ import pytest
 from otel_bridge import Bridge
 from tests.conftest import Replica
 from tests.faults.support import CollectingBackend, base_config, count_logs, rollout_keys
+from tests.helpers.processes import SCRAPE_CHILD, children
 
 pytestmark = pytest.mark.integration
 
-CHILD_MODULE = "otel_bridge.producers.scrape_child"
 STEPS = 6
 
 
 def scrape_children(parent: int) -> list[int]:
     """The running children of ``parent`` that are scrape processes (read from ``/proc``)."""
-    found = []
-    for children in Path(f"/proc/{parent}/task").glob("*/children"):
-        for pid in map(int, children.read_text().split()):
-            try:
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if CHILD_MODULE in command:
-                found.append(pid)
-    return found
+    return children(SCRAPE_CHILD, parent)
 
 
 def alive(pid: int) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 from otel_bridge.simulation.http import MetricsHTTPServer
-from otel_bridge.simulation.vllm import VLLMSimulator
+from otel_bridge.simulation.vllm import VLLMServer, VLLMSimulator
 from tests.helpers.prometheus_server import PrometheusServer
 
 pytest_plugins = ["tests.ray_fixtures"]
@@ -25,21 +25,20 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm"  # copied from 
 
 
 class Replica:
-    """One simulated vLLM server: the simulator and the HTTP server exposing it."""
+    """One simulated vLLM server (:class:`VLLMServer`): ``sim`` counts, ``server`` is its port alone (stop it for a
+    network partition), ``process`` restarts it as vLLM restarts (``go_down``/``come_up``)."""
 
     def __init__(self, model_name: str = "tiny") -> None:
         self.sim = VLLMSimulator(model_name=model_name, engine="0")
         self.scrapes = 0
         self._scraped = threading.Condition()
-        self.server = MetricsHTTPServer(self._render)
-        self.server.start()
+        self.process = VLLMServer(self.sim, on_render=self._count_scrape).start()
+        self.server: MetricsHTTPServer = self.process.http
 
-    def _render(self) -> bytes:
-        body = self.sim.exposition()
+    def _count_scrape(self, body: bytes) -> None:
         with self._scraped:
             self.scrapes += 1
             self._scraped.notify_all()
-        return body
 
     def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
         """Block until the endpoint has served ``count`` scrapes in all (fails after ``timeout_s``)."""
@@ -49,14 +48,14 @@ class Replica:
 
     @property
     def url(self) -> str:
-        return self.server.url
+        return self.process.url
 
     @property
     def hostport(self) -> str:
-        return self.url.split("//", 1)[1].split("/", 1)[0]
+        return self.process.hostport
 
     def stop(self) -> None:
-        self.server.stop()
+        self.process.stop()
 
 
 WARM_AHEAD = 3  # pairs kept warming: a run of quick tests (test_query's) takes them faster than one is built

@@ -10,14 +10,28 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from otel_bridge.simulation.http import MetricsHTTPServer
-    from otel_bridge.simulation.vllm import SimulatedWorkload, VLLMFamilySpec, VLLMSimulator, vllm_family_specs
+    from otel_bridge.simulation.vllm import (
+        SimulatedWorkload,
+        VLLMFamilySpec,
+        VLLMServer,
+        VLLMSimulator,
+        vllm_family_specs,
+    )
 
-__all__ = ["MetricsHTTPServer", "SimulatedWorkload", "VLLMFamilySpec", "VLLMSimulator", "vllm_family_specs"]
+__all__ = [
+    "MetricsHTTPServer",
+    "SimulatedWorkload",
+    "VLLMFamilySpec",
+    "VLLMServer",
+    "VLLMSimulator",
+    "vllm_family_specs",
+]
 
 _MODULES = {
     "MetricsHTTPServer": "otel_bridge.simulation.http",
     "SimulatedWorkload": "otel_bridge.simulation.vllm",
     "VLLMFamilySpec": "otel_bridge.simulation.vllm",
+    "VLLMServer": "otel_bridge.simulation.vllm",
     "VLLMSimulator": "otel_bridge.simulation.vllm",
     "vllm_family_specs": "otel_bridge.simulation.vllm",
 }

@@ -6,11 +6,18 @@ label names, fixed label values, histogram buckets; table in ``data/vllm_0_32_me
 renders them. Tests drive it request by request (:meth:`VLLMSimulator.complete_request`) and know the truth
 (:meth:`VLLMSimulator.totals`); :class:`SimulatedWorkload` drives it with a seeded random load for the demo.
 
-Run as a separate process (for tests that kill and restart a rollout server)::
+A process lifetime is what a real server's is: :meth:`VLLMSimulator.restart` starts a new one, whose counters and
+histograms count from zero, whose ``_created`` gauges and ``process_start_time_seconds`` give its start, and
+:class:`VLLMServer` puts the simulator behind its ``/metrics`` port and restarts it the way vLLM restarts: the port
+refuses connections while the server is down (a real vLLM takes 48-115 s from launch to a healthy ``/health`` on a
+CPU node; :data:`RESTART_DOWN_S` by default), then the new process serves.
 
-    python -m otel_bridge.simulation.vllm --port 0 [--model tiny] [--workload]
+Run as a separate process::
 
-which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready.
+    python -m otel_bridge.simulation.vllm --port 0 [--model tiny] [--workload] [--restart-down-s 60]
+
+which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready; SIGHUP restarts it
+(down for ``--restart-down-s``, then counting from zero).
 """
 
 from __future__ import annotations
@@ -26,10 +33,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from types import FrameType, MappingProxyType
+from types import FrameType, MappingProxyType, TracebackType
 from typing import Any, Final
 
 from prometheus_client import (
@@ -42,12 +49,17 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from otel_bridge.simulation.http import MetricsHTTPServer
 
 _log = logging.getLogger(__name__)
 
 _TABLE_RESOURCE: Final = "data/vllm_0_32_metrics.json"
+RESTART_DOWN_S: Final = 60.0
+"""How long :meth:`VLLMServer.restart` refuses connections by default: a real vLLM 0.32 CPU server took 48-115 s
+from launch to a healthy ``/health`` on a 2-core node."""
 FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
 _VARIABLE_LABELS: Final = ("engine", "model_name")
 
@@ -88,13 +100,31 @@ def vllm_family_specs() -> tuple[VLLMFamilySpec, ...]:
     )
 
 
+class _ProcessCollector:
+    """prometheus_client's ``process_*`` families of this (test) process, but with the simulated process' start:
+    a restart shows a new ``process_start_time_seconds``, as a new vLLM process does."""
+
+    def __init__(self, started: float) -> None:
+        self._started = started
+
+    def collect(self) -> list[Metric]:
+        families: list[Metric] = []
+        for family in PROCESS_COLLECTOR.collect():
+            if family.name == "process_start_time_seconds":
+                family = GaugeMetricFamily(family.name, family.documentation, value=self._started)
+            families.append(family)
+        return families
+
+
 class _Instruments:
     """One vLLM process lifetime: a fresh registry with every family created and zeroed, as at start-up."""
 
     def __init__(self, model_name: str, engine: str) -> None:
+        self.started = time.time()
         self.registry = CollectorRegistry()
-        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-            # prometheus_client's process/platform/GC families precede vLLM's in a real server's exposition.
+        # prometheus_client's process/platform/GC families precede vLLM's in a real server's exposition.
+        self.registry.register(_ProcessCollector(self.started))
+        for collector in (PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(collector)
         self._model_name = model_name
         self._engine = engine
@@ -260,8 +290,15 @@ class VLLMSimulator:
         with self._lock:
             self._instruments.child("vllm:num_preemptions_total").inc(n)
 
+    @property
+    def started(self) -> float:
+        """When the current process lifetime began (its ``process_start_time_seconds``)."""
+        with self._lock:
+            return self._instruments.started
+
     def restart(self) -> None:
-        """Simulate a vLLM process restart: counters and histograms back to zero, gauges reset, new ``_created``."""
+        """A new vLLM process: counters and histograms back to zero, gauges reset, new ``_created`` gauges and a new
+        ``process_start_time_seconds``. (The time the server is down in between is :class:`VLLMServer`'s.)"""
         instruments = _Instruments(self.model_name, self.engine)
         with self._lock:
             self._instruments = instruments
@@ -377,6 +414,97 @@ class SimulatedWorkload:
         self.requests += 1
 
 
+class VLLMServer:
+    """A simulated vLLM server process: a :class:`VLLMSimulator` behind its ``/metrics`` port, restarted as vLLM is.
+
+    :meth:`go_down` is the process ending (SIGTERM, a crash): from then on the port refuses connections and nothing is
+    counted; :meth:`come_up` is the new process serving again on the same port, its counters from zero and its start
+    time new. :meth:`restart` does both with ``down_s`` in between. ``on_render`` is called with each ``/metrics``
+    body served (tests count scrapes with it).
+    """
+
+    def __init__(
+        self,
+        sim: VLLMSimulator | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_render: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.sim = sim if sim is not None else VLLMSimulator()
+        self._on_render = on_render
+        self.http = MetricsHTTPServer(self._render, host=host, port=port)
+        """The port alone: stopping it while the process keeps counting is a network partition, not a restart."""
+        self._lock = threading.Lock()
+        self._up = False
+
+    def _render(self) -> bytes:
+        body = self.sim.exposition()
+        if self._on_render is not None:
+            self._on_render(body)
+        return body
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT/metrics``."""
+        return self.http.url
+
+    @property
+    def hostport(self) -> str:
+        """``HOST:PORT``, Prometheus' ``instance`` label for this server."""
+        return self.url.split("//", 1)[1].split("/", 1)[0]
+
+    @property
+    def up(self) -> bool:
+        """Whether the process runs and its port serves."""
+        with self._lock:
+            return self._up
+
+    def start(self) -> VLLMServer:
+        """Serve (the first process lifetime); returns ``self``."""
+        with self._lock:
+            self.http.start()
+            self._up = True
+        return self
+
+    def go_down(self) -> float:
+        """End the process: the port refuses connections from the returned time on (nothing more is counted)."""
+        with self._lock:
+            self._up = False
+            self.http.stop()
+            return time.time()
+
+    def come_up(self) -> float:
+        """A new process serves on the same port: counters from zero, a new start time. Returns that start time."""
+        with self._lock:
+            self.sim.restart()
+            self.http.start()
+            self._up = True
+            return self.sim.started
+
+    def restart(self, down_s: float = RESTART_DOWN_S) -> float:
+        """:meth:`go_down`, ``down_s`` seconds refusing connections, then :meth:`come_up` (blocks for ``down_s``)."""
+        if down_s < 0:
+            raise ValueError(f"down_s must be >= 0, got {down_s}")
+        self.go_down()
+        time.sleep(down_s)
+        return self.come_up()
+
+    def stop(self) -> None:
+        """Stop serving for good. Idempotent."""
+        with self._lock:
+            self._up = False
+            self.http.stop()
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve a simulated vLLM ``/metrics`` until SIGTERM/SIGINT; print one ``serving URL`` line when ready."""
     parser = argparse.ArgumentParser(prog="python -m otel_bridge.simulation.vllm", description=main.__doc__)
@@ -387,24 +515,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workload", action="store_true", help="run a seeded background request load")
     parser.add_argument("--seed", type=int, default=0, help="workload RNG seed")
     parser.add_argument("--rps", type=float, default=10.0, help="workload requests per second")
+    parser.add_argument(
+        "--restart-down-s",
+        type=float,
+        default=RESTART_DOWN_S,
+        help="on SIGHUP, refuse connections this long, then count from zero (default %(default)s)",
+    )
     args = parser.parse_args(argv)
 
     stop = threading.Event()
+    restart = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        (restart if signum == signal.SIGHUP else stop).set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     sim = VLLMSimulator(model_name=args.model, engine=args.engine)
     workload = SimulatedWorkload(sim, rng_seed=args.seed, requests_per_s=args.rps) if args.workload else None
-    with MetricsHTTPServer(sim.exposition, host=args.host, port=args.port) as server:
+    with VLLMServer(sim, host=args.host, port=args.port) as server:
         if workload is not None:
             workload.start()
         try:
             sys.stdout.write(f"serving {server.url}\n")
             sys.stdout.flush()
-            stop.wait()
+            while not stop.wait(0.1):
+                if restart.is_set():
+                    restart.clear()
+                    if workload is not None:
+                        workload.stop()
+                    server.go_down()
+                    if not stop.wait(args.restart_down_s):
+                        server.come_up()
+                        if workload is not None:
+                            workload.start()
         finally:
             if workload is not None:
                 workload.stop()

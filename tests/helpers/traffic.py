@@ -16,9 +16,11 @@ once it returns, nothing more is counted.
 
 :meth:`Traffic.restart` restarts one replica's simulated process (counters back to zero, same port) while the others
 keep going; before the restart that replica is held quiet for ``quiet_before_s``, so every observer (Prometheus, the
-bridge's own scrapes) can see its last value: what a process counts and nobody reads before it dies is lost to any
-observer, and the truth would otherwise include counts no one could see. :meth:`Traffic.quiet` holds all traffic
-around a moment (e.g. a step boundary) for tests that need exact sums over non-contiguous windows.
+bridge's own scrapes) can see its last value. :meth:`Traffic.down` and :meth:`Traffic.up` are a real restart instead
+(:class:`~otel_bridge.simulation.vllm.VLLMServer`): the replica completes requests until its process ends, its port
+refuses connections meanwhile, and the new process counts from zero: what the old process counted after an observer
+last read it is lost to that observer (:meth:`Traffic.lost_before_down` tells how much). :meth:`Traffic.quiet` holds
+all traffic around a moment (e.g. a step boundary) for tests that need exact sums over non-contiguous windows.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -71,6 +73,14 @@ class Restart:
     replica: int
 
 
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """A replica's process ended at ``down`` (its last completion was logged before it)."""
+
+    down: float
+    replica: int
+
+
 class Traffic:
     """Drives requests on ``sims`` from a background thread and logs each completion (see the module docstring)."""
 
@@ -104,6 +114,7 @@ class Traffic:
         self._lock = threading.Lock()  # held while a request is counted and logged
         self._log: list[Completion] = []
         self._restarts: list[Restart] = []
+        self._outages: list[Outage] = []
         self._baseline: list[dict[str, float]] = []
         self._quiet = 0  # > 0: no replica completes requests
         self._paused = [False] * len(self._sims)
@@ -207,6 +218,41 @@ class Traffic:
                 self._paused[index] = False
         return restart.t
 
+    def down(self, index: int, go_down: Callable[[], float]) -> float:
+        """Replica ``index``'s process ends now, in the middle of its traffic: ``go_down`` (e.g.
+        :meth:`VLLMServer.go_down`) closes its port; no completion is logged on it until :meth:`up`.
+
+        Returns the time it ended."""
+        with self._lock:  # waits for a request being counted right now
+            self._paused[index] = True
+            t = go_down()
+            self._outages.append(Outage(t, index))
+        return t
+
+    def up(self, index: int, come_up: Callable[[], float]) -> float:
+        """Replica ``index`` serves again as a new process (``come_up``, e.g. :meth:`VLLMServer.come_up`: counters from
+        zero) and completes requests again. Returns the restart's time."""
+        with self._lock:
+            come_up()
+            restart = Restart(time.time(), index)
+            self._restarts.append(restart)
+            self._paused[index] = False
+        return restart.t
+
+    @property
+    def outages(self) -> list[Outage]:
+        """The process ends done through :meth:`down`, in order."""
+        with self._lock:
+            return list(self._outages)
+
+    def lost_before_down(self, replica: int, last_read: float) -> Counts:
+        """What replica ``replica`` completed after ``last_read`` (an observer's last reading of it) and before its
+        process ended at its next :meth:`down`: lost to that observer."""
+        down = min((o.down for o in self.outages if o.replica == replica and o.down > last_read), default=None)
+        if down is None:
+            return Counts()
+        return self._truth(last_read, down, replica)
+
     @contextmanager
     def quiet(self, after_s: float = 0.0) -> Iterator[None]:
         """No replica completes a request from entering this block until ``after_s`` after leaving it.
@@ -239,9 +285,16 @@ class Traffic:
 
     def truth(self, start: float, end: float) -> Counts:
         """Tokens and requests completed with ``start < t <= end``."""
+        return self._truth(start, end)
+
+    def replica_truth(self, replica: int, start: float, end: float) -> Counts:
+        """What replica ``replica`` completed with ``start < t <= end``."""
+        return self._truth(start, end, replica)
+
+    def _truth(self, start: float, end: float, replica: int | None = None) -> Counts:
         tokens = requests = 0
         for c in self.completions():
-            if start < c.t <= end:
+            if start < c.t <= end and (replica is None or c.replica == replica):
                 tokens += c.tokens
                 requests += c.requests
         return Counts(tokens, requests)

@@ -17,7 +17,13 @@ import pytest
 import requests
 
 from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
-from otel_bridge.simulation import MetricsHTTPServer, SimulatedWorkload, VLLMSimulator, vllm_family_specs
+from otel_bridge.simulation import (
+    MetricsHTTPServer,
+    SimulatedWorkload,
+    VLLMServer,
+    VLLMSimulator,
+    vllm_family_specs,
+)
 
 CAPTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 REPO = Path(__file__).resolve().parents[2]
@@ -253,6 +259,62 @@ def test_restart_resets_counters_histograms_and_gauges(sim: VLLMSimulator, serve
     assert series(families, "vllm:time_to_first_token_seconds_count") == 0
     run_request(sim, generation_tokens=2, itl_s=0.01)
     assert sim.totals()["vllm:generation_tokens_total"] == 2
+
+
+def test_a_restarted_server_refuses_connections_then_counts_from_zero_with_a_new_start(sim: VLLMSimulator) -> None:
+    def created(text: str) -> float:  # the parser drops _created gauges: read the line itself
+        match = re.search(r"^vllm:generation_tokens_created\{[^}]*\} (\S+)$", text, re.MULTILINE)
+        assert match is not None
+        return float(match.group(1))
+
+    with VLLMServer(sim) as server:
+        run_request(sim)
+        text = requests.get(server.url, timeout=10).text
+        started = series(parse_exposition(text), "process_start_time_seconds")
+        created_before = created(text)
+        assert started == sim.started
+        server.go_down()
+        assert not server.up
+        with pytest.raises(requests.ConnectionError):
+            requests.get(server.url, timeout=10)
+        time.sleep(0.01)  # a new process starts later
+        assert server.come_up() > started
+        text = requests.get(server.url, timeout=10).text
+    after = parse_exposition(text)
+    assert series(after, "vllm:generation_tokens_total") == 0
+    assert series(after, "process_start_time_seconds") == sim.started > started
+    assert created(text) > created_before
+
+
+def test_the_server_process_restarts_on_sighup_after_its_down_time() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge.simulation.vllm", "--restart-down-s", "0.5", "--workload", "--rps", "50"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[1]
+        first = parse_exposition(requests.get(url, timeout=10).text)
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        refused = False
+        while time.monotonic() < deadline:
+            try:
+                page = parse_exposition(requests.get(url, timeout=10).text)
+            except requests.ConnectionError:
+                refused = True
+                time.sleep(0.05)
+                continue
+            if refused:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the server was not down, then up again, within 10 s of SIGHUP")
+        assert series(page, "process_start_time_seconds") > series(first, "process_start_time_seconds")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ are configured (``TWENTY_METRICS``). Measured per round, in this process (all th
 
 * ``collection``: ``on_boundary(t)`` until ``produce(window)`` returns: the boundary scrape round (HTTP fetch of every
   endpoint on the producer's 32-thread pool + parsing only the configured families) and the window statistics.
-* ``scrape round``: ``on_boundary(t)`` until the round's snapshot is stored (fetch + parse of every endpoint), read
-  with a read-only probe of the producer's private ``_snapshots`` list (benchmark instrumentation only);
-  ``stats`` = ``collection - scrape round``: ``produce`` turning the snapshots into window statistics.
+* ``scrape round``: ``on_boundary(t)`` until every endpoint's reading of it is stored (fetch + parse of every endpoint),
+  read with a read-only probe of the producer's private targets (benchmark instrumentation only);
+  ``stats`` = ``collection - scrape round``: ``produce`` turning the readings into window statistics.
 * wall and CPU time (``time.process_time``), bytes parsed per second = endpoints x capture bytes / wall.
 
 BASELINE (labelled as such): the same endpoints fetched on a 32-thread pool with one ``requests.Session`` each, and
@@ -79,11 +79,11 @@ def _parse_only(repeats: int) -> dict[str, Any]:
     }
 
 
-def _wait_for_snapshot(producer: ScrapeProducer, t: float) -> None:
-    """Read-only probe of the producer's private state: wait until the boundary snapshot stamped ``t`` is stored."""
+def _wait_for_readings(producer: ScrapeProducer, t: float) -> None:
+    """Read-only probe of the producer's private state: wait until every target has a reading sent at or after ``t``."""
 
     def stored() -> bool:
-        return any(s.t == t for s in producer._snapshots)
+        return all(any(r.sent >= t for r in target.readings.readings) for target in producer._targets.values())
 
     with producer._cond:
         producer._cond.wait_for(stored, timeout=60)
@@ -104,7 +104,7 @@ def _bridge_rounds(targets: list[str], rounds: int) -> dict[str, Any]:
             window = StepWindow(index, last, now)
             with CpuTimer() as collection:
                 producer.on_boundary(now)
-                _wait_for_snapshot(producer, now)
+                _wait_for_readings(producer, now)
                 round_wall = time.perf_counter() - collection._w0
                 metrics = producer.produce(window)
             walls.append(collection.wall)

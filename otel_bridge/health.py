@@ -3,7 +3,9 @@
 Counters are cumulative since start-up (``otel_bridge/query_errors``); gauges describe the step just recorded
 (``otel_bridge/missing_metrics``: configured metrics that matched no series in this step;
 ``otel_bridge/boundary_lag_s``: the largest distance between a boundary of the step and the sample that stood for it;
-``otel_bridge/targets_down``: Prometheus targets with a failed scrape during the step).
+``otel_bridge/targets_down``: Prometheus targets with a failed scrape during the step;
+``otel_bridge/targets_unread``: configured targets without a reading at the step's end, each named by
+``otel_bridge/unread_s{instance}``, the seconds since its last reading).
 
 Once :meth:`Health.bind` gives it a meter (the bridge's, scope ``otel_bridge.health``), each name is an asynchronous
 instrument of that meter: counters an ``ObservableCounter``, gauges an ``ObservableGauge``, labels as attributes. Every
@@ -31,6 +33,8 @@ SKIPPED_VALUES = "otel_bridge/skipped_values"
 INFRA_UNAVAILABLE = "otel_bridge/infra_unavailable"
 BOUNDARY_LAG = "otel_bridge/boundary_lag_s"
 TARGETS_DOWN = "otel_bridge/targets_down"
+TARGETS_UNREAD = "otel_bridge/targets_unread"
+UNREAD = "otel_bridge/unread_s"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -44,8 +48,10 @@ DESCRIPTIONS: Mapping[str, str] = {
     INFRA_UNAVAILABLE: "producers that failed in the last step",
     BOUNDARY_LAG: "largest distance between a boundary of the last step and the sample that stood for it",
     TARGETS_DOWN: "Prometheus targets with a failed scrape during the last step",
+    TARGETS_UNREAD: "configured targets without a reading at the end of the last step",
+    UNREAD: "per target unread at the end of the last step: seconds since its last reading",
 }
-UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s"}
+UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
 
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -113,39 +113,53 @@ def in_window(samples: Sequence[Sample], window: StepWindow) -> list[Sample]:
 
 def baseline(samples: Sequence[Sample], window: StepWindow) -> Sample | None:
     """The last sample at or before the window's start, or ``None``."""
+    index = _baseline_index(samples, window)
+    return None if index is None else samples[index]
+
+
+def _baseline_index(samples: Sequence[Sample], window: StepWindow) -> int | None:
     if window.start is None:
         return None
-    found: Sample | None = None
-    for sample in samples:
+    found: int | None = None
+    for index, sample in enumerate(samples):
         if sample[0] <= window.start:
             if not math.isnan(sample[1]):
-                found = sample
+                found = index
         else:
             break
     return found
 
 
-def counter_increase(samples: Sequence[Sample], window: StepWindow) -> float | None:
+def counter_increase(
+    samples: Sequence[Sample], window: StepWindow, starts: Sequence[float | None] | None = None
+) -> float | None:
     """Increase of a counter during the window, exact and reset-aware.
 
     Sums the increments between consecutive samples from the baseline (last sample at or before ``start``) to the last
-    sample inside the window. A value lower than its predecessor is a counter reset (the process restarted and counted
-    from zero), so the increment is the new value itself: a restart never yields a negative or inflated delta. A series
-    without a baseline sample (it appeared during the window) contributes what it counted after its first sample.
-    ``None`` when the window has no start or the series has no sample in or before the window. NaN samples are skipped;
-    a negative sample is read as zero (a reset), never as a negative increase.
+    sample inside the window. A new process counted from zero: its first value is its increment. A new process is told
+    by its start time where ``starts`` gives one per sample (the target's ``process_start_time_seconds``: it changed),
+    and always by a value lower than its predecessor. A series without a baseline sample contributes what it counted
+    after its first sample, or everything it counted when its process started inside the window. ``None`` when the
+    window has no start or the series has no sample in or before the window. NaN samples are skipped; a negative
+    sample is read as zero (a reset), never as a negative increase.
     """
     if window.start is None:
         return None
-    base = baseline(samples, window)
+    base = _baseline_index(samples, window)
+    chosen = [i for i, (t, _) in enumerate(samples) if window.start < t <= window.end]
+    if base is not None:
+        chosen.insert(0, base)
     # A counter is never negative: a sample below zero (a broken exporter) counts as a reset to zero.
-    window_samples = ([base] if base is not None else []) + in_window(samples, window)
-    points = [max(v, 0.0) for _, v in window_samples if not math.isnan(v)]
+    points = [(max(samples[i][1], 0.0), starts[i] if starts else None) for i in chosen if not math.isnan(samples[i][1])]
     if not points:
         return None
     total = 0.0
-    for previous, current in itertools.pairwise(points):
-        total += current - previous if current >= previous else current
+    first_start = points[0][1]
+    if base is None and first_start is not None and first_start > window.start:
+        total = points[0][0]  # its process began inside the window: everything it counted is the window's
+    for (previous, previous_start), (current, current_start) in itertools.pairwise(points):
+        restarted = previous_start is not None and current_start is not None and current_start != previous_start
+        total += current if restarted or current < previous else current - previous
     return total
 
 

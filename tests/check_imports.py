@@ -1,7 +1,7 @@
 """Check otel_bridge's import structure: no import cycle, no import from a lower layer to a higher one, no module
 over the size limit.
 
-    python -m tests.check_imports [--source DIR] [--max-lines N]
+    python -m tests.check_imports [--source DIR]
 
 The layers are DESIGN.md's ``cli/integrations -> bridge -> reader, producers, exporters -> prometheus, discovery,
 window``, with the modules DESIGN does not name placed where their imports put them (below). A module may import from
@@ -76,8 +76,6 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         ),
     ),
 )
-
-MAX_LINES = 450
 
 
 @dataclass(frozen=True)
@@ -181,7 +179,7 @@ def cycles(edges: Sequence[Import]) -> list[list[str]]:
     return sorted(found)
 
 
-def problems(source: Path, max_lines: int = MAX_LINES) -> Iterator[str]:
+def problems(source: Path) -> Iterator[str]:
     """One line per problem in the package under ``source``."""
     known = modules(source)
     for name in sorted(known):
@@ -200,22 +198,17 @@ def problems(source: Path, max_lines: int = MAX_LINES) -> Iterator[str]:
         members = set(component)
         links = [f"{a}:{line} -> {b}" for (a, b), line in sorted(by_pair.items()) if a in members and b in members]
         yield f"import cycle among {', '.join(component)} ({'; '.join(links)})"
-    for name, path in sorted(known.items()):
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > max_lines:
-            yield f"{name}: {lines} lines, over {max_lines}; split it by idea"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--max-lines", type=int, default=MAX_LINES)
     args = parser.parse_args(argv)
-    found = list(problems(args.source, args.max_lines))
+    found = list(problems(args.source))
     for line in found:
         print(line)
     if not found:
-        print(f"{len(modules(args.source))} modules: no cycle, no upward import, none over {args.max_lines} lines")
+        print(f"{len(modules(args.source))} modules: no cycle, no upward import")
     return 1 if found else 0
 
 

@@ -39,7 +39,8 @@ class TargetWatcher:
     """Calls ``resolve()`` every ``interval_s`` seconds on a daemon thread and ``on_change`` when the set changes.
 
     ``initial`` is the set the caller already knows (e.g. resolved synchronously at start-up): the first resolution
-    reports only a difference from it. Without ``initial`` the first successful resolution is always reported.
+    comes one interval later and reports only a difference from it. Without ``initial`` the watcher resolves at once,
+    and the first successful resolution is always reported.
     ``name`` appears in the thread name and log messages. ``normalize`` checks and sorts what ``resolve`` returns
     (``host:port`` by default; pass another to watch URLs).
     """
@@ -121,6 +122,8 @@ class TargetWatcher:
             )
 
     def _run(self) -> None:
+        if self.current is not None:  # the caller just resolved it
+            self._wake.wait(self._interval_s)
         while True:
             self._wake.clear()
             with self._lock:

@@ -28,11 +28,13 @@ AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
 
 @dataclass(frozen=True, slots=True)
 class RawSeries:
-    """One series' samples: ``name`` is the sample name (``x_bucket`` for a histogram bucket)."""
+    """One series' samples: ``name`` is the sample name (``x_bucket`` for a histogram bucket); ``starts``, when known,
+    the start time of the process that exposed each sample (a change is a counter reset)."""
 
     name: str
     labels: Mapping[str, str]
     samples: Sequence[Sample]
+    starts: Sequence[float | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +91,7 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
             if le is None:
                 continue
             group = (*group, ("le", le))
-        increase = counter_increase(s.samples, window)
+        increase = counter_increase(s.samples, window, s.starts)
         if increase is not None:
             key = (s.name, group)
             increases[key] = increases.get(key, 0.0) + increase

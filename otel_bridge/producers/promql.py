@@ -30,7 +30,16 @@ from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.discovery.watcher import TargetWatcher
 from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
-from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, QUERY_ERRORS, SCRAPE_ERRORS, TARGETS_DOWN, Health
+from otel_bridge.health import (
+    BOUNDARY_LAG,
+    MISSING_METRICS,
+    QUERY_ERRORS,
+    SCRAPE_ERRORS,
+    TARGETS_DOWN,
+    TARGETS_UNREAD,
+    UNREAD,
+    Health,
+)
 from otel_bridge.producers.aggregate import (
     Increases,
     RawSeries,
@@ -42,6 +51,7 @@ from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
 from otel_bridge.producers.promql_checks import check_expressions, resolve_kind
 from otel_bridge.producers.promql_plan import (
+    REREAD_LOOKBACK_S,
     WINDOW_PLACEHOLDER,
     Target,
     WindowAnswer,
@@ -49,8 +59,15 @@ from otel_bridge.producers.promql_plan import (
     primary_names,
 )
 from otel_bridge.producers.promql_rules import RuleSet, counting, rules_in_use
-from otel_bridge.producers.promql_targets import schedule_of, scrape_urls, served_names, serving_targets
+from otel_bridge.producers.promql_targets import (
+    schedule_of,
+    scrape_urls,
+    served_names,
+    serving_targets,
+    target_key,
+)
 from otel_bridge.producers.scrape_process import Scraper
+from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
@@ -105,6 +122,10 @@ class PromQLProducer:
         self._closed = threading.Event()
         self._health = health or Health()
         self._down_keys: set[str] = set()  # instances with a scrape_errors key from Prometheus' ``up``
+        # The targets serving the configured counters and histograms, down ones included until Prometheus stops
+        # scraping them (replaced whole by the target watcher's thread, read by the delivery worker).
+        self._members: frozenset[Target] = frozenset()
+        self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._health.count(QUERY_ERRORS, 0.0)
 
@@ -160,8 +181,11 @@ class PromQLProducer:
             # The scrape interval matters to gauges too (a short step may hold no sample of them).
             found = serving_targets(self._client, primary, *([[*primary, *gauges]] if gauges else []))
             targets, scraped = found[0], found[-1]
+            self._members = frozenset(target_key(t) for t in targets)
             self._learn_schedule(scraped)
             self._choose_boundary(targets)
+            if self._watcher is None and self._members:  # the members whose unread readings records name, kept current
+                self._watch_targets(targets, lambda changed: None)
             self._learn_rules()
             self._ready = True
             _log.info(
@@ -194,8 +218,11 @@ class PromQLProducer:
         return sorted({n for i in self._counting_queries() for n in primary_names(self._queries[i])})
 
     def _serving_targets(self) -> list[dict[str, object]]:
-        """Prometheus' targets serving the configured counters and histograms."""
-        return serving_targets(self._client, self._primary_names())[0]
+        """Prometheus' targets serving the configured counters and histograms (those that served them before and
+        Prometheus still scrapes included: down, or restarting); kept as the members whose readings records name."""
+        targets = serving_targets(self._client, self._primary_names(), members=self._members)[0]
+        self._members = frozenset(target_key(t) for t in targets)
+        return targets
 
     def _learn_schedule(self, targets: Sequence[dict[str, object]]) -> None:
         schedule = schedule_of(targets, self._interval_s)
@@ -235,15 +262,7 @@ class PromQLProducer:
                     reason = f"the bridge cannot scrape {', '.join(silent)} itself"
                 else:
                     self._scraper, self._scraped = scraper, scraped
-                    self._watcher = TargetWatcher(
-                        self._target_urls,
-                        scraper.set_targets,
-                        interval_s=self._refresh_interval_s,
-                        initial=urls,
-                        name="Prometheus targets",
-                        normalize=scrape_urls,
-                    )
-                    self._watcher.start()
+                    self._watch_targets(targets, scraper.set_targets)
         if self._scraper is not None:
             self._boundary = "scrape"
             return
@@ -254,6 +273,19 @@ class PromQLProducer:
             )
         _log.info("boundaries observed by Prometheus' samples (prometheus.boundary: auto): %s", reason)
         self._boundary = "samples"
+
+    def _watch_targets(self, targets: Sequence[dict[str, object]], on_change: Callable[[list[str]], None]) -> None:
+        """Re-read the serving targets every ``refresh_interval_s`` (members join and leave), telling ``on_change``
+        their scrape URLs when they change."""
+        self._watcher = TargetWatcher(
+            self._target_urls,
+            on_change,
+            interval_s=self._refresh_interval_s,
+            initial=scrape_urls((t.get("scrapeUrl") for t in targets if t.get("scrapeUrl")), "Prometheus targets"),
+            name="Prometheus targets",
+            normalize=scrape_urls,
+        )
+        self._watcher.start()
 
     def _learn_rules(self) -> None:
         if self._rules_mode != "off" and self._boundary == "samples" and self._counting_queries():
@@ -294,6 +326,7 @@ class PromQLProducer:
             increase_queries=self._increase_queries(),
             pad_s=self._pad_s,
             closing_s=self._closing_s(),
+            report_unread=self._scraper is None and bool(self._members),
             rules=self._rules,
             watched=sorted(self._down_keys),
         )
@@ -310,6 +343,8 @@ class PromQLProducer:
             self._health.count(QUERY_ERRORS)
             raise
         answered |= answer.answered
+        if self._scraper is None and self._members:
+            self._report_unread(answer.unread, window)
         self._report_targets(answer, plan)
         for index in sorted(answer.answered):
             query = self._queries[index]
@@ -389,6 +424,8 @@ class PromQLProducer:
         for (job, instance), failed in sorted(answer.failed_scrapes.items()):
             self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
             self._down_keys.add(instance)
+            if self._scraper is not None and (job, instance) in self._members:
+                continue  # the boundary scrapes' own WARNING about it said so
             self._warn.warning(
                 f"down:{job}/{instance}",
                 "Prometheus could not scrape %s (job %s) %d time(s) during the step: its metrics are missing from "
@@ -403,6 +440,52 @@ class PromQLProducer:
             for gone in sorted(set(plan.watched) - answer.present):
                 self._health.forget(SCRAPE_ERRORS, {"instance": gone})
                 self._down_keys.discard(gone)
+
+    def _report_unread(self, down: set[Target], window: StepWindow) -> None:
+        """Name the member targets Prometheus has no reading of at the window's end (their last scrape failed), with
+        the seconds since their last successful scrape, for as long as they stay unread; one WARNING (shared with the
+        one about its failed scrapes) when one becomes unread, one INFO line when it is read again."""
+        unread = {target for target in down if target in self._members}
+        new = sorted(instance for _, instance in unread if instance not in self._last_read)
+        if new:
+            self._last_read.update(self._last_successful_scrapes(new, window.end))
+        self._health.set(TARGETS_UNREAD, float(len({instance for _, instance in unread})))
+        for job, instance in sorted(unread):
+            seconds = window.end - self._last_read[instance]
+            self._health.set(UNREAD, seconds, labels={"instance": instance})
+            if instance in new:
+                self._warn.warning(
+                    f"down:{job}/{instance}",
+                    "step %d: Prometheus has no reading of %s (job %s) at the step's end, its last successful scrape "
+                    "%.3gs before: its counts since then are in the step where it is read again (lost if it comes "
+                    "back as a new process); every step until then names it in otel_bridge/unread_s",
+                    window.step,
+                    instance,
+                    job,
+                    seconds,
+                )
+        for instance in sorted(set(self._last_read) - {instance for _, instance in unread}):
+            del self._last_read[instance]
+            self._health.forget(UNREAD, {"instance": instance})
+            _log.info("step %d: Prometheus reads %s again", window.step, instance)
+
+    def _last_successful_scrapes(self, instances: Sequence[str], at: float) -> dict[str, float]:
+        """When Prometheus last scraped each of ``instances`` successfully before ``at`` (its ``up`` samples, looking
+        back :data:`REREAD_LOOKBACK_S`; that far back when none is found)."""
+        found = dict.fromkeys(instances, at - REREAD_LOOKBACK_S)
+        selector = f"up{{instance=~{promql.value_alternation(instances)}}}[{promql.duration(REREAD_LOOKBACK_S)}]"
+        try:
+            result = self._client.query(selector, time=at)
+        except PrometheusError as exc:
+            self._health.count(QUERY_ERRORS)
+            _log.warning("reading when %s were last scraped failed: %s", ", ".join(instances), exc)
+            return found
+        for series in result.series:
+            instance = series.labels.get("instance", "")
+            good = [t for t, value in series.samples if value == 1.0]
+            if instance in found and good:
+                found[instance] = max(found[instance], good[-1])
+        return found
 
 
 def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:

@@ -14,7 +14,8 @@ so the answer's size grows with the configured metrics and label groups, not wit
   the sums above (:meth:`WindowPlan.summed_share`) is replaced by their exact increase, so a restart costs the bytes
   of that one replica, and exactness is kept;
 - the largest distance between a boundary and the sample that stood for it (``timestamp(x @ t)``);
-- the targets whose scrapes failed during the window (Prometheus' own ``up``);
+- the targets whose scrapes failed during the window (Prometheus' own ``up``), and those whose last scrape before the
+  window's end failed (``unread``: Prometheus has no reading of them at the end);
 - which of the targets the bridge keeps health keys for (``watched``: those that failed before) Prometheus still
   scrapes at the window's end (``up`` there, an instant selector: a target Prometheus dropped has a staleness marker),
   so the keys of a target that left can go.
@@ -69,7 +70,18 @@ class Part:
     """What one tagged part of the union answers."""
 
     kind: Literal[
-        "stat", "promql", "end", "start", "reread", "lag", "down", "present", "rule_time", "rule_age", "rule_reread"
+        "stat",
+        "promql",
+        "end",
+        "start",
+        "reread",
+        "lag",
+        "down",
+        "unread",
+        "present",
+        "rule_time",
+        "rule_age",
+        "rule_reread",
     ]
     index: int = -1
     name: str = ""
@@ -86,6 +98,8 @@ class WindowAnswer:
     answered: set[int] = field(default_factory=set)
     lag_s: float | None = None
     failed_scrapes: dict[Target, float] = field(default_factory=dict)
+    unread: set[Target] = field(default_factory=set)
+    """The targets whose last scrape at or before the window's end failed (asked with ``report_unread``)."""
     present: set[str] | None = None
     """The plan's ``watched`` instances Prometheus still scrapes at the window's end; ``None`` when none are watched."""
     rule_times: dict[str, float] = field(default_factory=dict)
@@ -112,7 +126,9 @@ class WindowPlan:
     ``increase_queries`` are the indices of the counter, histogram and ratio queries whose increases Prometheus sums
     (the others are read elsewhere, e.g. by boundary scrapes). ``pad_s`` is how far before a boundary its sample may
     lie (2 scrape intervals); ``closing_s`` how far after the end of a final window its closing sample may lie.
-    ``watched`` are the instances whose presence in Prometheus the answer reports (:attr:`WindowAnswer.present`).
+    ``watched`` are the instances whose presence in Prometheus the answer reports (:attr:`WindowAnswer.present`);
+    ``report_unread`` asks for the targets whose last scrape before the window's end failed
+    (:attr:`WindowAnswer.unread`).
     """
 
     def __init__(
@@ -124,6 +140,7 @@ class WindowPlan:
         pad_s: float,
         closing_s: float,
         report_down: bool = True,
+        report_unread: bool = False,
         rules: RuleSet | None = None,
         watched: Sequence[str] = (),
     ) -> None:
@@ -154,6 +171,9 @@ class WindowPlan:
         if report_down and window.start is not None:
             w = promql.duration(max(window.end - window.start, 0.001))
             self._add("down", Part("down"), f"(count_over_time(up[{w}]) - sum_over_time(up[{w}])) > 0")
+        if report_unread:
+            pad = promql.duration(pad_s)
+            self._add("unread", Part("unread"), f"last_over_time(up[{pad}] @ {_at(window.end)}) == 0")
         if self.watched:
             watched = promql.value_alternation(self.watched)
             self._add("present", Part("present"), f"group by (instance) (up{{instance=~{watched}}})")
@@ -270,6 +290,9 @@ class WindowPlan:
             target = (labels.get("job", ""), labels.get("instance", ""))
             if part.kind == "down":
                 answer.failed_scrapes[target] = value
+                continue
+            if part.kind == "unread":
+                answer.unread.add(target)
                 continue
             if part.kind == "present":
                 if answer.present is not None and target[1] in self.watched:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusResponseError
@@ -23,9 +23,15 @@ class Schedule:
     targets_known: bool
 
 
-def serving_targets(client: PrometheusClient, *name_sets: Sequence[str]) -> list[list[dict[str, object]]]:
+def serving_targets(
+    client: PrometheusClient, *name_sets: Sequence[str], members: Collection[Target] = ()
+) -> list[list[dict[str, object]]]:
     """For each of ``name_sets``, Prometheus' active targets (``/api/v1/targets``, asked once) that have a series named
-    in it.
+    in it, or that are among ``members`` (targets that served them before).
+
+    A target that is down, or restarting, has no current series (Prometheus marks them stale at its first failed
+    scrape) but is still an active target: with ``members`` it stays a serving target until Prometheus stops scraping
+    it (its service discovery dropped it), so it is read again from its first scrape after its return.
 
     A compatible store without that API (Thanos, Mimir, ...: its series arrive by remote write) has no targets to
     list: then none, logged once, and the configured ``prometheus.scrape_interval_s`` stands.
@@ -33,7 +39,7 @@ def serving_targets(client: PrometheusClient, *name_sets: Sequence[str]) -> list
     serving: list[set[Target]] = []
     for names in name_sets:
         series = client.query(_group_by_target(names)).series if names else ()
-        serving.append({(s.labels.get("job", ""), s.labels.get("instance", "")) for s in series})
+        serving.append({(s.labels.get("job", ""), s.labels.get("instance", "")) for s in series} | set(members))
     if not any(serving):
         return [[] for _ in serving]
     try:

@@ -4,8 +4,10 @@ Two simulated vLLM replicas (tests/conftest.py). Each step has a ``gen`` phase (
 cache busy), a gap (traffic that belongs to the step but to no phase) and an ``update`` phase (KV cache idle, one
 small request), so a per-phase delta that leaked into a neighbour, or a step total that lost a phase, shows.
 
-- Scrape path: the sampler scrapes at each boundary; the test waits until every replica has served the boundary's
-  scrape before generating traffic, so each completion lies on a known side of every boundary: exact.
+- Scrape path: the sampler scrapes at each boundary; the test waits until the bridge has each replica's reading of the
+  boundary (a replica serving two more scrapes after the one under way at the boundary: a target's scrapes never
+  overlap, so the first one sent after the boundary has then been answered) before generating traffic, so each
+  completion lies on a known side of every boundary's reading: exact.
 - PromQL path: a real Prometheus scrapes every 1 s; the test keeps 1.5 s of quiet around every boundary, so Prometheus
   sees every state (as in test_window_truth.py): exact.
 """
@@ -114,16 +116,14 @@ def test_phase_windows_count_the_traffic_inside_each_phase_on_the_scrape_path(
 ) -> None:
     config = {
         "metrics": METRICS,
-        "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": 3600},
+        "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": 0.05},
         "run": {"name": "phases-scrape", "dir": str(tmp_path)},
     }
-    boundaries = 0
 
-    def settle() -> None:  # every replica has served the scrape of the boundary just made
-        nonlocal boundaries
-        boundaries += 1
-        for replica in replicas:
-            replica.wait_for_scrapes(1 + boundaries)  # 1: the start-up scrape
+    def settle() -> None:  # the bridge has every replica's reading of the boundary just made
+        counts = [replica.scrapes for replica in replicas]
+        for replica, count in zip(replicas, counts, strict=True):
+            replica.wait_for_scrapes(count + 3)
 
     with Bridge.from_config(config) as bridge:
         truths = [run_step(bridge, step, replicas, settle, lambda: None) for step in range(3)]

@@ -1,5 +1,6 @@
 """The package's structure (issue 13 acceptance): ``python -m tests.check_imports`` passes on otel_bridge, and fails,
-naming the problem, on a package with an import cycle, an upward import, a module in no layer or an oversized module.
+naming the problem, on a package with an import cycle, an upward import or a module in no layer. (The old cap on a
+module's lines is retired: a module holds one idea, whatever its length.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def _check(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_otel_bridge_has_no_cycle_no_upward_import_and_no_oversized_module() -> None:
+def test_otel_bridge_has_no_cycle_and_no_upward_import() -> None:
     result = _check()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no cycle, no upward import" in result.stdout
@@ -34,12 +35,12 @@ def test_the_check_names_each_kind_of_problem(tmp_path: Path) -> None:
         # reader importing window, a cycle
         "window.py": "def f():\n    from otel_bridge import reader\n    return reader\n",
         "reader.py": "from . import window\n",
-        "errors.py": "".join(f"X{i} = {i}\n" for i in range(12)),
+        "errors.py": "X = 1\n",
         "stray.py": "import otel_bridge.errors\n",
     }
     for name, text in files.items():
         (package / name).write_text(textwrap.dedent(text))
-    result = _check("--source", str(tmp_path), "--max-lines", "10")
+    result = _check("--source", str(tmp_path))
     assert result.returncode == 1, result.stdout
     lines = result.stdout.splitlines()
     assert any(
@@ -48,5 +49,4 @@ def test_the_check_names_each_kind_of_problem(tmp_path: Path) -> None:
     ), lines
     assert any(line.startswith("import cycle among otel_bridge.reader, otel_bridge.window") for line in lines), lines
     assert any(line.startswith("otel_bridge.stray: in no layer") for line in lines), lines
-    assert "otel_bridge.errors: 12 lines, over 10; split it by idea" in lines
     assert not any("otel_bridge.bridge" in line for line in lines), lines  # the public API may import any layer

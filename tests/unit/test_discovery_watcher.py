@@ -105,13 +105,15 @@ def test_on_change_only_when_the_set_changes(make_watcher: Callable[..., TargetW
     assert watcher.current == []
 
 
-def test_initial_set_is_not_reported_again(make_watcher: Callable[..., TargetWatcher]) -> None:
+def test_initial_set_is_not_resolved_at_once_nor_reported_again(make_watcher: Callable[..., TargetWatcher]) -> None:
     source, changes = Source(["a:1"]), Changes()
-    watcher = make_watcher(source, changes, interval_s=3600, initial=["a:1"]).start()
+    idle = make_watcher(source, changes, interval_s=3600, initial=["a:1"]).start()
+    watcher = make_watcher(source, changes, interval_s=0.05, initial=["a:1"]).start()
     wait_rounds(watcher, 1)
     settle(watcher)
     assert changes.seen == []
     assert watcher.current == ["a:1"]
+    assert idle.resolutions == 0  # its first resolution is an interval away: the caller knows the set already
 
 
 def test_resolves_periodically_on_its_own_thread(make_watcher: Callable[..., TargetWatcher]) -> None:

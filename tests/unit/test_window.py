@@ -102,6 +102,19 @@ def test_counter_series_appearing_mid_window_counts_after_its_first_sample() -> 
     assert counter_increase(samples, W) == 20.0
 
 
+def test_counter_new_process_is_told_by_its_start_time_even_when_its_counter_passed_the_old_value() -> None:
+    """A restart between two samples whose new counter climbed past the old value: the values alone read +5."""
+    samples = [(10.0, 100.0), (14.0, 105.0), (20.0, 110.0)]
+    assert counter_increase(samples, W) == 10.0
+    assert counter_increase(samples, W, [1.0, 12.0, 12.0]) == 110.0  # the new process counted 105 from zero, then 5
+
+
+def test_counter_series_of_a_process_started_inside_the_window_counts_from_zero() -> None:
+    samples = [(13.0, 10.0), (17.0, 30.0)]
+    assert counter_increase(samples, W, [12.0, 12.0]) == 30.0
+    assert counter_increase(samples, W, [5.0, 5.0]) == 20.0  # began before the window: earlier counts are not ours
+
+
 def test_counter_single_sample_in_window_without_baseline_is_zero() -> None:
     assert counter_increase([(13.0, 10.0)], W) == 0.0
 

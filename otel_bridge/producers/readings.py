@@ -1,0 +1,279 @@
+"""Each scrape target's readings, and which of them stands for a step boundary: the scrape path's equivalent of
+Prometheus' stored samples (:mod:`otel_bridge.producers.scrape` takes the readings).
+
+A :class:`Reading` is one scrape of one target: the request went out at ``sent``, the answer (or the failure) came at
+``answered``, and the server rendered its page somewhere in between. A target's scrapes never overlap, so its readings
+are in the order of both times.
+
+Which reading stands for a boundary (:meth:`TargetReadings.end_stand`, :meth:`TargetReadings.start_stand`):
+
+- **A window's end** is stood for by the first reading sent at or after it: it holds everything counted up to the end,
+  and what was counted in the moments until it was rendered (``boundary_lag_s`` says how long after the end it
+  answered).
+- **A window's start** that is the previous window's end (contiguous steps) is stood for by that same reading, and so
+  is a start that comes while the reading of the boundary before it is still being taken (``end_step(k)`` then
+  ``begin_step(k + 1)`` a moment later: nothing can tell the two apart, and nothing falls between the two steps).
+  Any other start, like an end, by the first reading sent at or after it; what was counted between the start and
+  that reading lands in the window before, within ``boundary_lag_s`` (with ``begin_step``/``end_step`` leaving time
+  between steps: in that time, which no step counts). The run's opening boundary, which has no boundary before it,
+  by the nearer of the last reading answered before it and the first sent after it.
+- **A target whose reading failed** (down, restarting, timed out) has none: it is *unread* at that boundary. Its
+  counters go on from its last successful reading, so what it counted meanwhile lands in the step where it is read
+  again, or, when it came back as a new process (a new start time, or counters that fell), that step counts the new
+  process from zero and what the old one counted after its last reading is lost. Every record whose end it was unread
+  at names it.
+
+Once decided, a boundary's reading is kept for every window that shares the boundary, so contiguous windows tile: the
+sum of their deltas is the increase from the first boundary's reading to the last one's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from otel_bridge.producers.aggregate import RawSeries
+from otel_bridge.prometheus.exposition import ExpositionFamily
+from otel_bridge.window import Sample, StepWindow
+
+Families = dict[str, ExpositionFamily]
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+RawKey = tuple[str, str, tuple[tuple[str, str], ...]]  # (instance, sample name, labels as exposed)
+START_TIME = "process_start_time_seconds"
+"""The gauge a target's process exposes its start with (prometheus_client and the Go client both do): a new value is a
+new process, whose counters began at zero."""
+_MAX_CACHED_SERIES = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One scrape of one target. ``families`` is ``None`` when it failed; ``started`` is the target's
+    ``process_start_time_seconds`` when it exposes one."""
+
+    sent: float
+    answered: float
+    families: Families | None
+    started: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the scrape succeeded."""
+        return self.families is not None
+
+
+_START_TIME_LINE = re.compile(rf"^{START_TIME}(?:{{}})?[ \t]+(\S+)", re.MULTILINE)
+
+
+def process_start(text: str) -> float | None:
+    """The ``process_start_time_seconds`` of a ``/metrics`` page, when it has one (read apart from the configured
+    metrics: it does not count against ``scrape.max_series``)."""
+    match = _START_TIME_LINE.search(text)
+    if match is None:
+        return None
+    try:
+        return float(match.group(1))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Stand:
+    """What stands for one boundary for one target: ``reading`` (``None``: never read successfully), and ``unread``
+    when the target had no reading of its own at the boundary (``reading`` is then its last successful one)."""
+
+    reading: Reading | None
+    unread: bool
+
+
+@dataclass
+class TargetReadings:
+    """One target's readings in the order they were sent, and the boundaries already decided (see the module
+    docstring). Not thread-safe: the producer holds its lock."""
+
+    instance: str
+    added: float
+    """When the bridge began scraping it: a target never read is unread since then."""
+    readings: list[Reading] = field(default_factory=list)
+    last_ok: Reading | None = None
+    """The latest successful reading among those :meth:`prune` dropped."""
+    requested: float = float("-inf")
+    """When the latest scrape (answered, in flight or queued) was asked for: a boundary before it needs no new one."""
+    _stands: dict[float, Stand] = field(default_factory=dict)
+
+    def add(self, reading: Reading) -> None:
+        """Keep an answer (they arrive in the order their scrapes were sent)."""
+        self.readings.append(reading)
+
+    def end_stand(self, t: float) -> Stand | None:
+        """What stands for ``t`` as a window's end: the first reading sent at or after it; ``None`` until it has
+        answered."""
+        decided = self._stands.get(t)
+        if decided is not None:
+            return decided
+        index = bisect.bisect_left(self.readings, t, key=lambda r: r.sent)
+        if index == len(self.readings):
+            return None
+        return self._decide(t, index)
+
+    def start_stand(self, t: float) -> Stand | None:
+        """What stands for ``t`` as a window's start (see the module docstring); ``None`` until it can be decided."""
+        decided = self._stands.get(t)
+        if decided is not None:
+            return decided
+        after = bisect.bisect_left(self.readings, t, key=lambda r: r.sent)
+        previous = max((b for b in self._stands if b < t), default=None)
+        if previous is not None:
+            reading = self._stands[previous].reading
+            if reading is not None and reading.answered > t and after > 0 and self.readings[after - 1] is reading:
+                return self._decide(t, after - 1)  # it was still being taken at t: t cannot be told from previous
+            return self.end_stand(t)
+        if after == len(self.readings):
+            return None
+        # The run's opening boundary: the nearer of the last reading answered before it and the first sent after it.
+        before = next((i for i in range(after - 1, -1, -1) if self.readings[i].answered <= t), None)
+        if before is not None and distance(self.readings[before], t) < distance(self.readings[after], t):
+            return self._decide(t, before)
+        return self._decide(t, after)
+
+    def _decide(self, t: float, index: int) -> Stand:
+        reading = self.readings[index]
+        decided = Stand(reading, unread=False) if reading.ok else Stand(self._last_ok_before(index), unread=True)
+        self._stands[t] = decided
+        return decided
+
+    def decide_unread(self, t: float) -> Stand:
+        """Decide that nothing of this target's own stands for ``t`` (its reading did not come in time): its last
+        successful reading before ``t`` carries its counters on."""
+        index = bisect.bisect_left(self.readings, t, key=lambda r: r.sent)
+        decided = self._stands.setdefault(t, Stand(self._last_ok_before(index), unread=True))
+        return decided
+
+    def _last_ok_before(self, index: int) -> Reading | None:
+        return next((r for r in reversed(self.readings[:index]) if r.ok), self.last_ok)
+
+    def latest(self) -> Reading | None:
+        """The latest reading, successful or not."""
+        return self.readings[-1] if self.readings else None
+
+    def prune(self, start: float) -> None:
+        """Forget what no window starting at or after ``start`` can use: boundaries before it, and readings before
+        the one standing for it (the latest successful one among them is kept in :attr:`last_ok`)."""
+        for t in [t for t in self._stands if t < start]:
+            del self._stands[t]
+        kept = self._stands.get(start)
+        if kept is None:
+            return
+        reading = kept.reading
+        if reading is None:  # never read: everything before start failed
+            index = bisect.bisect_left(self.readings, start, key=lambda r: r.sent)
+        else:  # from the reading itself on; not among them: it is last_ok, older than all of them
+            index = next((i for i, r in enumerate(self.readings) if r is reading), 0)
+        for reading in self.readings[:index]:
+            if reading.ok:
+                self.last_ok = reading
+        del self.readings[:index]
+
+
+@dataclass
+class WindowReadings:
+    """What one window reads of every target: samples by sample name, for counters (each boundary's reading at the
+    boundary's time, the readings between them at their own) and for gauges (only readings taken inside the window),
+    the targets unread at its end, and how far its boundaries' readings were from them."""
+
+    counting: dict[str, list[RawSeries]]
+    observed: dict[str, list[RawSeries]]
+    unread: dict[str, float]
+    """Target (``host:port``) -> seconds from its last successful reading (when never read: from when the bridge began
+    scraping it) to the window's end, for the targets unread at the end."""
+    lag_s: float
+
+
+def window_readings(
+    targets: Mapping[str, TargetReadings],
+    stands: Mapping[str, tuple[Stand | None, Stand]],
+    window: StepWindow,
+    keys: dict[RawKey, SeriesKey],
+) -> WindowReadings:
+    """Samples of ``window`` from each target's readings, ``stands[instance]`` being what stands for its start (or
+    ``None`` without a start) and its end; ``keys`` is a cache of series keys kept between calls."""
+    counting: dict[SeriesKey, tuple[list[Sample], list[float | None]]] = {}
+    observed: dict[SeriesKey, tuple[list[Sample], list[float | None]]] = {}
+    unread: dict[str, float] = {}
+    lag = 0.0
+    for instance, target in targets.items():
+        start_stand, end_stand = stands[instance]
+        for boundary, stand in ((window.start, start_stand), (window.end, end_stand)):
+            if boundary is None or stand is None or stand.unread or stand.reading is None:
+                continue
+            lag = max(lag, distance(stand.reading, boundary))
+        if end_stand.unread:
+            last = end_stand.reading
+            unread[instance] = window.end - (last.sent if last is not None else target.added)
+        base = start_stand.reading if start_stand is not None else None
+        end = end_stand.reading
+        between = _between(target.readings, base, end)
+        if base is not None and window.start is not None:
+            _collect(counting, instance, [(window.start, base)], keys)
+        _collect(counting, instance, [(r.sent, r) for r in between], keys)
+        if end is not None:  # also when it is the base: the same values at both boundaries, no increase
+            _collect(counting, instance, [(window.end, end)], keys)
+        # Gauges: the readings taken inside the window, the end's own reading as its last one.
+        inside = [(r.sent, r) for r in between if window.start is None or r.sent > window.start]
+        if end is not None and not end_stand.unread:
+            inside.append((window.end, end))
+        elif end is not None and (window.start is None or end.sent > window.start):
+            inside.append((end.sent, end))  # unread at the end: its last reading, where it was taken
+        _collect(observed, instance, inside, keys)
+    if len(keys) > _MAX_CACHED_SERIES:  # series churn (restarts, new label values): start afresh
+        keys.clear()
+    return WindowReadings(_by_name(counting), _by_name(observed), unread, lag)
+
+
+def distance(reading: Reading, t: float) -> float:
+    """How far from ``t`` what ``reading`` holds may be: it was rendered somewhere between ``sent`` and ``answered``."""
+    return max(reading.answered - t, t - reading.sent, 0.0)
+
+
+def _between(readings: Sequence[Reading], base: Reading | None, end: Reading | None) -> list[Reading]:
+    """The successful readings sent after ``base`` and before ``end`` (all of them up to ``end`` without a base)."""
+    low = base.sent if base is not None else float("-inf")
+    high = end.sent if end is not None else float("-inf")
+    return [r for r in readings if r.ok and low < r.sent < high]
+
+
+def _collect(
+    into: dict[SeriesKey, tuple[list[Sample], list[float | None]]],
+    instance: str,
+    stamped: Iterable[tuple[float, Reading]],
+    keys: dict[RawKey, SeriesKey],
+) -> None:
+    for t, reading in stamped:
+        if reading.families is None:
+            continue
+        for family in reading.families.values():
+            for sample in family.samples:
+                raw = (instance, sample.name, tuple(sample.labels.items()))
+                key = keys.get(raw)
+                if key is None:
+                    labels = {**sample.labels, "instance": instance}
+                    key = keys[raw] = (sample.name, tuple(sorted(labels.items())))
+                samples, starts = into.setdefault(key, ([], []))
+                samples.append((t, sample.value))
+                starts.append(reading.started)
+
+
+def _by_name(series: dict[SeriesKey, tuple[list[Sample], list[float | None]]]) -> dict[str, list[RawSeries]]:
+    by_name: dict[str, list[RawSeries]] = {}
+    for (name, label_items), (samples, starts) in series.items():
+        order = sorted(range(len(samples)), key=lambda i: samples[i][0])
+        by_name.setdefault(name, []).append(
+            RawSeries(
+                name=name,
+                labels=dict(label_items),
+                samples=[samples[i] for i in order],
+                starts=[starts[i] for i in order] if any(s is not None for s in starts) else None,
+            )
+        )
+    return by_name

@@ -1,0 +1,128 @@
+"""Which scrape reading stands for a step boundary (otel_bridge/producers/readings.py), on hand-made readings."""
+
+from __future__ import annotations
+
+import itertools
+from types import MappingProxyType
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from otel_bridge.producers.aggregate import window_increases
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.readings import Reading, Stand, TargetReadings, window_readings
+from otel_bridge.prometheus.exposition import ExpositionFamily, ExpositionSample
+from otel_bridge.window import StepWindow
+
+NAME = "vllm:generation_tokens_total"
+QUERY = MetricQuery(key_name="vllm/generation_tokens_total", name=NAME, kind="counter", stats=("delta",))
+
+
+def reading(sent: float, answered: float, value: float | None, started: float | None = None) -> Reading:
+    if value is None:
+        return Reading(sent, answered, None)
+    sample = ExpositionSample(NAME, MappingProxyType({}), value)
+    return Reading(sent, answered, {NAME: ExpositionFamily(NAME, "counter", (sample,))}, started)
+
+
+def target(*readings: Reading) -> TargetReadings:
+    found = TargetReadings("127.0.0.1:8000", added=0.0)
+    for r in readings:
+        found.add(r)
+    return found
+
+
+def delta(readings: TargetReadings, window: StepWindow) -> float:
+    start = readings.start_stand(window.start) if window.start is not None else None
+    end = readings.end_stand(window.end)
+    assert end is not None
+    read = window_readings({readings.instance: readings}, {readings.instance: (start, end)}, window, {})
+    increases = window_increases(QUERY, read.counting.get(NAME, []), window)
+    assert increases is not None
+    return sum(increases.values())
+
+
+def test_an_end_is_read_by_the_first_reading_sent_after_it_and_waits_for_it() -> None:
+    readings = target(reading(0.0, 0.1, 10.0), reading(1.9, 2.0, 20.0))
+    assert readings.end_stand(2.0) is None  # nothing sent after it yet
+    readings.add(reading(2.01, 2.05, 25.0))
+    assert readings.end_stand(2.0) == Stand(readings.readings[2], unread=False)
+
+
+def test_a_start_right_after_an_end_shares_its_reading_while_that_reading_is_being_taken() -> None:
+    """end_step(k) at 2.0, begin_step(k + 1) at 2.001 while the end's reading (sent 2.0005) is under way: one reading
+    stands for both, so what is counted after it is in step k + 1, and nothing falls between the steps."""
+    readings = target(reading(0.0, 0.1, 10.0), reading(2.0005, 2.01, 20.0), reading(2.3, 2.31, 30.0))
+    end = readings.end_stand(2.0)
+    assert end is not None
+    assert readings.start_stand(2.001) == end
+    assert delta(readings, StepWindow(1, 2.001, 2.3)) == 10.0
+
+
+def test_a_start_after_a_gap_that_held_a_reading_is_read_by_its_own() -> None:
+    """The end's reading was over before the start: what was counted in between belongs to the gap, not the step."""
+    readings = target(reading(1.9, 1.95, 5.0), reading(2.0005, 2.01, 20.0), reading(2.5, 2.51, 27.0))
+    assert readings.end_stand(2.0) is not None
+    start = readings.start_stand(2.4)
+    assert start is not None
+    assert start.reading is readings.readings[2]
+
+
+def test_the_opening_boundary_is_read_by_the_nearer_reading() -> None:
+    sampled = target(reading(0.9, 0.95, 5.0), reading(1.5, 1.6, 9.0))
+    prompt = target(reading(0.5, 0.55, 5.0), reading(1.01, 1.02, 9.0))
+    assert sampled.start_stand(1.0) == Stand(sampled.readings[0], unread=False)  # 0.1 before it, against 0.6 after
+    assert prompt.start_stand(1.0) == Stand(prompt.readings[1], unread=False)  # 0.02 after it, against 0.5 before
+
+
+def test_a_failed_reading_leaves_the_target_unread_carried_by_its_last_success() -> None:
+    readings = target(reading(0.0, 0.1, 10.0), reading(2.0, 2.0, None))
+    assert readings.end_stand(2.0) == Stand(readings.readings[0], unread=True)
+    never = target(reading(2.0, 2.0, None))
+    assert never.end_stand(2.0) == Stand(None, unread=True)
+
+
+def test_a_new_process_counts_from_zero_in_the_step_where_it_is_read_again() -> None:
+    """Down from 3 s to 9 s; the new process (started at 8.5) counted 50 by its first reading, past the old 40."""
+    readings = target(
+        reading(0.0, 0.01, 10.0, started=-100.0),
+        reading(2.0, 2.01, 40.0, started=-100.0),
+        reading(4.0, 4.0, None),
+        reading(6.0, 6.0, None),
+        reading(10.0, 10.01, 50.0, started=8.5),
+    )
+    assert delta(readings, StepWindow(0, 0.0, 4.0)) == 30.0
+    assert delta(readings, StepWindow(1, 4.0, 6.0)) == 0.0
+    assert delta(readings, StepWindow(2, 6.0, 10.0)) == 50.0
+
+
+@given(
+    gaps=st.lists(st.floats(0.001, 0.5), min_size=2, max_size=40),
+    increments=st.lists(st.integers(0, 20), min_size=40, max_size=40),
+    boundaries=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=8, unique=True),
+)
+def test_contiguous_windows_add_up_to_the_increase_between_their_outer_readings(
+    gaps: list[float], increments: list[int], boundaries: list[float]
+) -> None:
+    readings = target()
+    t, value = 0.0, 0.0
+    for gap, increment in zip(gaps, increments, strict=False):
+        value += increment
+        readings.add(reading(t, t + gap / 2, value))
+        t += gap
+    cut = sorted(b * t * 0.9 for b in boundaries)
+    total = 0.0
+    for step, (start, end) in enumerate(itertools.pairwise(cut)):
+        if readings.end_stand(end) is None:
+            return
+        total += delta(readings, StepWindow(step, start, end))
+    first, last = readings.start_stand(cut[0]), readings.end_stand(cut[-1])
+    assert first is not None
+    assert last is not None
+    assert total == value_of(last) - value_of(first)
+
+
+def value_of(stand: Stand) -> float:
+    assert stand.reading is not None
+    assert stand.reading.families is not None
+    return stand.reading.families[NAME].samples[0].value

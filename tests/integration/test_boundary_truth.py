@@ -88,7 +88,14 @@ LAST_PHASE = 0.75  # the contiguous case's last step ends this much of an interv
 PATHS = ("auto", "samples", "rules", "scrape")
 LAGGING = ("samples", "rules")
 BOUNDARY_READ = ("auto", "scrape", "boundary_scrape")  # paths that read the targets themselves at each boundary
-CASES = ("contiguous", "short_steps", "gaps", "restart", "blocks", "contiguous_busy", "blocks_busy")
+CASES = (
+    "contiguous",
+    "short_steps",
+    "gaps",
+    "restart",
+    "blocks",
+    *(f"{case}_busy" for case in ("contiguous", "short_steps", "restart", "blocks")),
+)
 OUTAGES = ("outage", "outage_busy")
 BUSY_PROCESSES = 2  # CPU-bound processes beside a *_busy case: the machine's two cores taken
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck prometheus-bin clean soak bench
+.PHONY: demo test lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -40,6 +40,21 @@ prometheus-bin:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || \
 	{ echo "error: 'apt-get install prometheus' failed; see the output above." >&2; exit 1; }
 
+# The peers: servers the tests talk to, built from their Go modules (needs Go >= 1.26.7 and the Go module proxy) into a
+# cache outside the clone, ~/.cache/otel-bridge/peers (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when
+# their recipe changed. Prometheus 3.16, the OpenTelemetry Collector distribution of collector/manifest.yaml and
+# VictoriaMetrics; see peers/build.sh and docs/peers.md (what each is, build times).
+peers: peer-prometheus3 peer-otelcol peer-victoriametrics
+
+peer-prometheus3:
+	peers/build.sh prometheus3
+
+peer-otelcol:
+	peers/build.sh otelcol
+
+peer-victoriametrics:
+	peers/build.sh victoriametrics
+
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -47,7 +62,7 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy otel_bridge
 
-test: $(VENV)/.dev-installed prometheus-bin lint typecheck
+test: $(VENV)/.dev-installed prometheus-bin peers lint typecheck
 	$(BIN)/python -m pytest -q
 
 clean:

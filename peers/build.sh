@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Builds the servers the test suite talks to ("peers") from their Go modules, into a cache outside the clone:
+#
+#   prometheus3      Prometheus 3.16.0: prometheus + promtool, module github.com/prometheus/prometheus v0.316.0
+#   otelcol          the OpenTelemetry Collector distribution of collector/manifest.yaml (core v0.165.0, contrib
+#                    v0.165.1), built with the collector's builder (go.opentelemetry.io/collector/cmd/builder)
+#   victoriametrics  single-node VictoriaMetrics v1.151.0 (app/victoria-metrics)
+#
+# Usage: peers/build.sh NAME...        build each NAME unless its cached build is current
+#        peers/build.sh --dir NAME     print where NAME's build lives (built or not)
+#
+# Where: $OTEL_BRIDGE_PEERS, else $XDG_CACHE_HOME/otel-bridge/peers, else ~/.cache/otel-bridge/peers; one folder per
+# peer, NAME-VERSION (tests/helpers/peers.py looks in the same place). A build is current when the folder's .recipe
+# equals the recipe below (module versions, packages, tags, flags, the manifest's hash): a changed recipe rebuilds.
+# Builds are atomic: into a temporary folder beside the final one, checked (the binary must start), then renamed into
+# place, so an interrupted build never leaves a half peer; a lock keeps two builds of one peer from racing.
+#
+# Needs Go >= 1.26.7 (the modules' go directives) and the Go module proxy; nothing else is downloaded. Builds are
+# lean: CGO_ENABLED=0, -trimpath, stripped (-s -w), only the packages needed; Prometheus without the service discovery
+# plugins (its remove_all_sd tag keeps file and http SD). Times on 2 cores: docs/peers.md.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="${OTEL_BRIDGE_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-bridge/peers}"
+
+PROMETHEUS_MODULE=github.com/prometheus/prometheus
+PROMETHEUS_MODULE_VERSION=v0.316.0 # Prometheus 3.16.0 (the module's versions are v0.3yy.z for 3.yy.z)
+PROMETHEUS_VERSION=3.16.0
+PROMETHEUS_DATE=20261105-15:06:51 # the module version's time (go list -m -json), as the release's build date
+PROMETHEUS_TAGS=netgo,remove_all_sd
+
+BUILDER_VERSION=v0.165.0
+OTELCOL_MANIFEST="$REPO/collector/manifest.yaml"
+OTELCOL_NAME=otelcol-otel-bridge
+OTELCOL_VERSION=0.165.1 # the manifest's dist.version
+# Components of the manifest that the Go module proxy reachable here cannot serve at this release. The build leaves
+# them out; tests/deploy leave out the same ones from the configs they run (tests/helpers/peers.py, UNAVAILABLE).
+#   k8sattributesprocessor v1.4.1 (contrib v0.165.1; v1.4.0 too) requires go.opentelemetry.io/otel and otel/metric,
+#   otel/trace, otel/sdk, otel/sdk/metric at v1.47.1-0.20261102082644-9c507082cd98, a pseudo-version (an untagged
+#   commit) that the proxy refuses: "403 Forbidden, server response: This module version is not available". Pinning
+#   otel to v1.47.0 with a replace fails too: the processor imports go.opentelemetry.io/otel/semconv/v1.44.0, which
+#   no tagged otel release has ("module go.opentelemetry.io/otel@latest found (v1.47.0), but does not contain package
+#   go.opentelemetry.io/otel/semconv/v1.44.0").
+OTELCOL_UNAVAILABLE=(github.com/open-telemetry/opentelemetry-collector-contrib/processor/k8sattributesprocessor)
+
+VICTORIAMETRICS_MODULE=github.com/VictoriaMetrics/VictoriaMetrics
+VICTORIAMETRICS_MODULE_VERSION=v1.151.0 # newer releases need Go 1.27
+VICTORIAMETRICS_BUILDINFO=victoria-metrics-20260828-134629-tags-v1.151.0-0-gomodule
+
+die() {
+	echo "peers/build.sh: error: $*" >&2
+	exit 1
+}
+
+version_of() {
+	case "$1" in
+	prometheus3) echo "prometheus-$PROMETHEUS_VERSION" ;;
+	otelcol) echo "$OTELCOL_NAME-$OTELCOL_VERSION" ;;
+	victoriametrics) echo "victoria-metrics-${VICTORIAMETRICS_MODULE_VERSION#v}" ;;
+	*) die "unknown peer '$1' (known: prometheus3 otelcol victoriametrics)" ;;
+	esac
+}
+
+prometheus_ldflags() {
+	local v=github.com/prometheus/common/version
+	echo "-s -w -X $v.Version=$PROMETHEUS_VERSION -X $v.Revision=$PROMETHEUS_MODULE_VERSION -X $v.Branch=HEAD" \
+		"-X $v.BuildUser=otel-bridge@peers -X $v.BuildDate=$PROMETHEUS_DATE"
+}
+
+# What a build depends on; the cached build is current when its .recipe holds exactly this.
+recipe() {
+	case "$1" in
+	prometheus3)
+		echo "go install $PROMETHEUS_MODULE/cmd/prometheus@$PROMETHEUS_MODULE_VERSION" \
+			"$PROMETHEUS_MODULE/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
+		echo "CGO_ENABLED=0 -trimpath -tags $PROMETHEUS_TAGS -ldflags $(prometheus_ldflags)"
+		;;
+	otelcol)
+		echo "go run go.opentelemetry.io/collector/cmd/builder@$BUILDER_VERSION"
+		echo "manifest sha256 $(sha256sum "$OTELCOL_MANIFEST" | cut -d' ' -f1)"
+		echo "left out: ${OTELCOL_UNAVAILABLE[*]}"
+		;;
+	victoriametrics)
+		echo "go install $VICTORIAMETRICS_MODULE/app/victoria-metrics@$VICTORIAMETRICS_MODULE_VERSION"
+		echo "CGO_ENABLED=0 -trimpath -ldflags -s -w -X .../lib/buildinfo.Version=$VICTORIAMETRICS_BUILDINFO"
+		;;
+	esac
+}
+
+build_prometheus3() {
+	GOBIN="$1" go install -trimpath -tags "$PROMETHEUS_TAGS" -ldflags "$(prometheus_ldflags)" \
+		"$PROMETHEUS_MODULE/cmd/prometheus@$PROMETHEUS_MODULE_VERSION" \
+		"$PROMETHEUS_MODULE/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
+	"$1/prometheus" --version
+	"$1/promtool" --version >/dev/null
+}
+
+build_otelcol() {
+	local out="$1" work="$1/src" pattern
+	grep -q "^  version: $OTELCOL_VERSION\$" "$OTELCOL_MANIFEST" ||
+		die "$OTELCOL_MANIFEST: dist.version is not $OTELCOL_VERSION (update OTELCOL_VERSION in $0 with it)"
+	mkdir -p "$work"
+	cp "$OTELCOL_MANIFEST" "$work/manifest.yaml"
+	for pattern in "${OTELCOL_UNAVAILABLE[@]}"; do
+		grep -q "gomod: $pattern " "$work/manifest.yaml" || die "$pattern is not in $OTELCOL_MANIFEST"
+		grep -v "gomod: $pattern " "$work/manifest.yaml" >"$work/manifest.tmp"
+		mv "$work/manifest.tmp" "$work/manifest.yaml"
+	done
+	# output_path in the manifest is relative: sources and binary go to $work/_build.
+	(cd "$work" && go run "go.opentelemetry.io/collector/cmd/builder@$BUILDER_VERSION" --config manifest.yaml)
+	# The binary beside the generated sources, which stay for reference (go.mod/go.sum: every module version built).
+	mv "$work/_build/$OTELCOL_NAME" "$out/$OTELCOL_NAME"
+	"$out/$OTELCOL_NAME" --version
+}
+
+build_victoriametrics() {
+	GOBIN="$1" go install -trimpath \
+		-ldflags "-s -w -X $VICTORIAMETRICS_MODULE/lib/buildinfo.Version=$VICTORIAMETRICS_BUILDINFO" \
+		"$VICTORIAMETRICS_MODULE/app/victoria-metrics@$VICTORIAMETRICS_MODULE_VERSION"
+	"$1/victoria-metrics" -version
+}
+
+ensure() {
+	local name="$1" dir tmp lock old started
+	dir="$ROOT/$(version_of "$name")"
+	if [ -f "$dir/.recipe" ] && [ "$(cat "$dir/.recipe")" = "$(recipe "$name")" ]; then
+		echo "peer $name: current ($dir)"
+		return 0
+	fi
+	command -v go >/dev/null 2>&1 || die "the Go toolchain (>= 1.26.7) is needed to build the peer $name: install Go and put it on PATH"
+	mkdir -p "$ROOT"
+	lock="$ROOT/.$name.lock"
+	exec {fd}>"$lock"
+	flock "$fd"
+	if [ -f "$dir/.recipe" ] && [ "$(cat "$dir/.recipe")" = "$(recipe "$name")" ]; then # built meanwhile
+		echo "peer $name: current ($dir)"
+		exec {fd}>&-
+		return 0
+	fi
+	tmp="$(mktemp -d "$ROOT/.$(version_of "$name").XXXXXX")"
+	chmod 755 "$tmp"
+	# shellcheck disable=SC2064 # expand now: the trap must remove this build's folder
+	trap "rm -rf '$tmp'" EXIT
+	echo "peer $name: building into $dir (Go $(go env GOVERSION))"
+	started=$SECONDS
+	(
+		export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+		"build_$name" "$tmp"
+	)
+	recipe "$name" >"$tmp/.recipe"
+	if [ -e "$dir" ]; then # an outdated build: out of the way first, removed once the new one is in place
+		old="$(mktemp -d "$ROOT/.old.XXXXXX")"
+		mv "$dir" "$old/"
+	fi
+	mv "$tmp" "$dir"
+	trap - EXIT
+	[ -z "${old:-}" ] || rm -rf "$old"
+	exec {fd}>&-
+	echo "peer $name: built in $((SECONDS - started)) s ($dir)"
+}
+
+[ $# -gt 0 ] || die "usage: peers/build.sh NAME... | --dir NAME (NAME: prometheus3 otelcol victoriametrics)"
+if [ "$1" = "--dir" ]; then
+	[ $# -eq 2 ] || die "usage: peers/build.sh --dir NAME"
+	echo "$ROOT/$(version_of "$2")"
+	exit 0
+fi
+for peer in "$@"; do
+	version_of "$peer" >/dev/null
+	ensure "$peer"
+done

@@ -13,7 +13,7 @@ from hypothesis import settings
 
 from otel_bridge.simulation.http import MetricsHTTPServer
 from otel_bridge.simulation.vllm import VLLMServer, VLLMSimulator
-from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 
 pytest_plugins = ["tests.ray_fixtures"]
 
@@ -164,3 +164,11 @@ def prometheus(_prometheus_pair: tuple[list[Replica], PrometheusServer]) -> Prom
     """A real Prometheus scraping both replicas every second (ready: two samples of each, warmed in the background
     during an earlier test; its history may reach back before this test)."""
     return _prometheus_pair[1]
+
+
+@pytest.fixture(params=PROMETHEUS_VERSIONS, ids=[f"prometheus-{version}" for version in PROMETHEUS_VERSIONS])
+def prometheus_version(request: pytest.FixtureRequest) -> str:
+    """The Prometheus version of a test that takes this fixture: it runs once per version, Debian's 2.42 and 3.16
+    built from its Go module (``make peers``); pass it on as ``PrometheusServer(..., version=prometheus_version)``."""
+    version: str = request.param
+    return version

@@ -1,7 +1,15 @@
-"""A real Prometheus server (the Debian package's binary) for integration tests.
+"""A real Prometheus server for integration tests: Debian's 2.42 or 3.16 built from its Go module (``make peers``).
 
 Started on a free loopback port with a generated config and a short scrape interval, its data in a temporary
-directory; stopped by PID (terminate, then kill) even when the test fails.
+directory; stopped by PID (terminate, then kill) even when the test fails. ``PrometheusServer(..., version="3.16")``
+runs the built Prometheus 3 with the same API; :class:`ServerProcess` is the process handling both share with
+:class:`tests.helpers.victoriametrics.VictoriaMetricsServer`.
+
+Prometheus 3 differences the helper takes care of: a scrape fails on a missing or unknown Content-Type unless the job
+sets ``fallback_scrape_protocol`` (the simulated servers of ``otel_bridge.simulation`` answer ``text/plain;
+version=0.0.4``, which both versions parse; ``fallback_scrape_protocol`` passes one through for other targets); the
+OTLP receiver (``otlp_receiver=True``: ``--web.enable-otlp-receiver``, 3.x only); ``--enable-feature`` flags
+(``features``).
 """
 
 from __future__ import annotations
@@ -11,118 +19,99 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import requests
 import yaml
 
 from tests.helpers.http_servers import free_port
+from tests.helpers.peers import PROMETHEUS3, peer_binary
+
+#: The Prometheus versions a test can ask for: Debian's package and the one built from the Go module.
+PROMETHEUS_VERSIONS = ("2.42", "3.16")
 
 
-def prometheus_binary() -> str:
-    """Path of the ``prometheus`` binary (``$PROMETHEUS_BIN`` or the one on PATH); fails with the fix when absent."""
-    binary = os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus")
+def prometheus_binary(version: str = "2.42", tool: str = "prometheus") -> str:
+    """Path of ``tool`` (``prometheus`` or ``promtool``) of Prometheus ``version``; fails with the fix when absent.
+
+    2.42: ``$PROMETHEUS_BIN`` (its sibling for promtool) or the one on PATH, Debian's package; 3.16: the peer built by
+    ``make peer-prometheus3``.
+    """
+    if version == "3.16":
+        return str(peer_binary(PROMETHEUS3, tool))
+    if version != "2.42":
+        raise ValueError(f"unknown Prometheus version {version!r}: one of {PROMETHEUS_VERSIONS}")
+    explicit = os.environ.get("PROMETHEUS_BIN")
+    if explicit and tool != "prometheus":
+        explicit = str(Path(explicit).with_name(tool))
+    binary = explicit or shutil.which(tool)
     if not binary:
         raise RuntimeError(
-            "the prometheus binary is missing: run `make test` (installs the Debian package `prometheus`) "
+            f"the {tool} binary is missing: run `make test` (installs the Debian package `prometheus`) "
             "or set PROMETHEUS_BIN"
         )
     return binary
 
 
-class PrometheusServer:
-    """``prometheus`` scraping ``targets`` (``host:port``) every ``scrape_interval_s`` seconds, on 127.0.0.1.
+class ServerProcess:
+    """A server process on a free loopback port, its log in ``workdir``: :meth:`start` writes its files
+    (:meth:`prepare`), runs :meth:`command` with :meth:`environment` and waits until ``ready_path`` answers 200;
+    :meth:`stop` ends it by PID (SIGTERM, then SIGKILL after 10 s), also on leaving a ``with`` block. Queries go to
+    its Prometheus HTTP API (``/api/v1/query``)."""
 
-    ``rules`` is a rule file's content (``groups: [...]``), loaded from ``rules.yml`` beside the config.
-    ``enable_lifecycle`` starts it with ``--web.enable-lifecycle``, so ``POST /-/reload`` re-reads
-    :attr:`config_path` (what verl's ``update_prometheus_config`` does after rewriting that file). ``remote_write``
-    starts it with ``--web.enable-remote-write-receiver`` (``tests/helpers/remote_write.py`` pushes to it).
-    """
+    name = "server"
 
-    def __init__(
-        self,
-        workdir: Path,
-        targets: Sequence[str] = (),
-        *,
-        scrape_interval_s: float = 1.0,
-        extra_scrape_configs: Sequence[dict[str, Any]] = (),
-        port: int | None = None,
-        config_override: dict[str, Any] | None = None,
-        rules: dict[str, Any] | None = None,
-        enable_lifecycle: bool = False,
-        remote_write: bool = False,
-    ) -> None:
+    def __init__(self, workdir: Path, port: int | None, ready_path: str) -> None:
         self.workdir = workdir
-        self.config_path = workdir / "prometheus.yml"
-        self.enable_lifecycle = enable_lifecycle
-        self.remote_write = remote_write
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.targets = list(targets)
-        self.scrape_interval_s = scrape_interval_s
-        self.extra_scrape_configs = list(extra_scrape_configs)
-        self.config_override = config_override
-        self.rules = rules
+        self.ready_path = ready_path
         self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "prometheus.log"
+        self.log_path = workdir / f"{self.name}.log"
+        self.scrape_interval_s = 1.0
 
-    def config(self) -> dict[str, Any]:
-        """The generated prometheus.yml, or ``config_override`` as given (then targets and intervals are unused)."""
-        if self.config_override is not None:
-            return self.config_override
-        interval = f"{int(self.scrape_interval_s * 1000)}ms"
-        scrape_configs: list[dict[str, Any]] = []
-        if self.targets:
-            scrape_configs.append(
-                {"job_name": "rollout", "static_configs": [{"targets": self.targets}], "scrape_timeout": interval}
-            )
-        scrape_configs.extend(self.extra_scrape_configs)
-        config: dict[str, Any] = {
-            "global": {"scrape_interval": interval, "evaluation_interval": interval},
-            "scrape_configs": scrape_configs,
-        }
-        if self.rules is not None:
-            config["rule_files"] = ["rules.yml"]
-        return config
+    def command(self) -> list[str]:
+        """The command line :meth:`start` runs."""
+        raise NotImplementedError
 
-    def start(self, timeout_s: float = 30.0) -> PrometheusServer:
-        """Start the server and wait until it is ready."""
+    def prepare(self) -> None:
+        """Write what the command reads (config files) into :attr:`workdir`, which exists."""
+
+    def environment(self) -> Mapping[str, str] | None:
+        """The process' whole environment, or ``None`` for this process' own."""
+        return None
+
+    def start(self, timeout_s: float = 30.0) -> Self:
+        """Start the server and wait until it is ready (stopped again if it is not)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config_path = self.config_path
-        config_path.write_text(yaml.safe_dump(self.config()), encoding="utf-8")
-        if self.rules is not None:
-            (self.workdir / "rules.yml").write_text(yaml.safe_dump(self.rules, sort_keys=False), encoding="utf-8")
+        self.prepare()
+        env = self.environment()
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                prometheus_binary(),
-                f"--config.file={config_path}",
-                f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-                *(["--web.enable-lifecycle"] if self.enable_lifecycle else []),
-                *(["--web.enable-remote-write-receiver"] if self.remote_write else []),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+        try:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=None if env is None else dict(env),
+            )
+        finally:
+            log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.process.returncode}: {self.log_tail()}")
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}: {self.log_tail()}")
             try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                if requests.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
                     return self
             except requests.RequestException:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"prometheus did not become ready within {timeout_s}s: {self.log_tail()}")
+        raise RuntimeError(f"{self.name} did not become ready within {timeout_s}s: {self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the server's log."""
@@ -165,10 +154,103 @@ class PrometheusServer:
             self.process.kill()
             self.process.wait(timeout=10)
 
-    def __enter__(self) -> PrometheusServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class PrometheusServer(ServerProcess):
+    """``prometheus`` scraping ``targets`` (``host:port``) every ``scrape_interval_s`` seconds, on 127.0.0.1.
+
+    ``version`` is ``"2.42"`` (Debian's, the default) or ``"3.16"`` (built from the Go module). ``rules`` is a rule
+    file's content (``groups: [...]``), loaded from ``rules.yml`` beside the config. ``enable_lifecycle`` starts it
+    with ``--web.enable-lifecycle``, so ``POST /-/reload`` re-reads :attr:`config_path` (what verl's
+    ``update_prometheus_config`` does after rewriting that file). ``remote_write`` starts it with
+    ``--web.enable-remote-write-receiver`` (``tests/helpers/remote_write.py`` pushes to it). ``otlp_receiver`` (3.x)
+    starts it with ``--web.enable-otlp-receiver`` (``/api/v1/otlp/v1/metrics``); ``features`` are
+    ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x).
+    """
+
+    name = "prometheus"
+
+    def __init__(
+        self,
+        workdir: Path,
+        targets: Sequence[str] = (),
+        *,
+        scrape_interval_s: float = 1.0,
+        extra_scrape_configs: Sequence[dict[str, Any]] = (),
+        port: int | None = None,
+        config_override: dict[str, Any] | None = None,
+        rules: dict[str, Any] | None = None,
+        enable_lifecycle: bool = False,
+        remote_write: bool = False,
+        version: str = "2.42",
+        otlp_receiver: bool = False,
+        features: Sequence[str] = (),
+        fallback_scrape_protocol: str | None = None,
+    ) -> None:
+        super().__init__(workdir, port, "/-/ready")
+        if version not in PROMETHEUS_VERSIONS:
+            raise ValueError(f"unknown Prometheus version {version!r}: one of {PROMETHEUS_VERSIONS}")
+        if version == "2.42" and (otlp_receiver or fallback_scrape_protocol):
+            raise ValueError("the OTLP receiver and fallback_scrape_protocol need Prometheus 3 (version='3.16')")
+        self.version = version
+        self.config_path = workdir / "prometheus.yml"
+        self.enable_lifecycle = enable_lifecycle
+        self.remote_write = remote_write
+        self.otlp_receiver = otlp_receiver
+        self.features = list(features)
+        self.fallback_scrape_protocol = fallback_scrape_protocol
+        self.targets = list(targets)
+        self.scrape_interval_s = scrape_interval_s
+        self.extra_scrape_configs = list(extra_scrape_configs)
+        self.config_override = config_override
+        self.rules = rules
+
+    def config(self) -> dict[str, Any]:
+        """The generated prometheus.yml, or ``config_override`` as given (then targets and intervals are unused)."""
+        if self.config_override is not None:
+            return self.config_override
+        interval = f"{int(self.scrape_interval_s * 1000)}ms"
+        scrape_configs: list[dict[str, Any]] = []
+        if self.targets:
+            job: dict[str, Any] = {
+                "job_name": "rollout",
+                "static_configs": [{"targets": self.targets}],
+                "scrape_timeout": interval,
+            }
+            if self.fallback_scrape_protocol:
+                job["fallback_scrape_protocol"] = self.fallback_scrape_protocol
+            scrape_configs.append(job)
+        scrape_configs.extend(self.extra_scrape_configs)
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "scrape_configs": scrape_configs,
+        }
+        if self.rules is not None:
+            config["rule_files"] = ["rules.yml"]
+        return config
+
+    def command(self) -> list[str]:
+        """The command line :meth:`start` runs."""
+        return [
+            prometheus_binary(self.version),
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=warn",
+            *(["--web.enable-lifecycle"] if self.enable_lifecycle else []),
+            *(["--web.enable-remote-write-receiver"] if self.remote_write else []),
+            *(["--web.enable-otlp-receiver"] if self.otlp_receiver else []),
+            *([f"--enable-feature={','.join(self.features)}"] if self.features else []),
+        ]
+
+    def prepare(self) -> None:
+        self.config_path.write_text(yaml.safe_dump(self.config()), encoding="utf-8")
+        if self.rules is not None:
+            (self.workdir / "rules.yml").write_text(yaml.safe_dump(self.rules, sort_keys=False), encoding="utf-8")

@@ -18,9 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.prometheus_server import prometheus_binary
+
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_DIR = REPO / "collector"
 OTELCOL_CONFIG = COLLECTOR_DIR / "otelcol.yaml"
+OTELCOL_MANIFEST = COLLECTOR_DIR / "manifest.yaml"
 PROMETHEUS_CONFIG = COLLECTOR_DIR / "prometheus.yml"
 RULES_DIR = COLLECTOR_DIR / "rules"
 KUBERNETES_DIR = REPO / "deploy" / "kubernetes"
@@ -29,9 +32,9 @@ OVERLAYS_DIR = KUBERNETES_DIR / "overlays"
 EXAMPLE_RAYCLUSTER = KUBERNETES_DIR / "examples" / "raycluster.yaml"
 IN_CLUSTER_PROMETHEUS_CONFIG = BASE_DIR / "prometheus" / "prometheus.yml"
 
-#: The OpenTelemetry Collector contrib release that collector/otelcol.yaml targets.
-COLLECTOR_VERSION = "0.136.0"
-COLLECTOR_SCHEMA = COLLECTOR_DIR / "schema" / f"otelcol-contrib-{COLLECTOR_VERSION}.yaml"
+#: The OpenTelemetry Collector contrib release that collector/otelcol.yaml and collector/manifest.yaml target (core
+#: v0.165.0), and the contrib image the Kubernetes base runs.
+COLLECTOR_VERSION = "0.165.1"
 COLLECTOR_IMAGE = f"otel/opentelemetry-collector-contrib:{COLLECTOR_VERSION}"
 #: Prometheus image deployed in the cluster (v3.5 is an LTS release).
 PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
@@ -50,6 +53,13 @@ PROMTOOL_FIX = (
     "install the Debian package `prometheus` (it ships promtool; `make test` installs it when the prometheus "
     "binary is missing), or point PROMTOOL_BIN at one"
 )
+#: Realistic values for the environment variables collector/otelcol.yaml reads (as the Kubernetes base sets them).
+COLLECTOR_ENV = {
+    "MY_POD_IP": "10.42.0.17",
+    "PROMETHEUS_REMOTE_WRITE_ENDPOINT": "http://prometheus:9090/api/v1/write",
+    "OTEL_BRIDGE_ENVIRONMENT": "dev",
+    "TRACES_OTLP_HTTP_ENDPOINT": "http://tempo:4318",
+}
 
 
 def require_tool(name: str, env_var: str, fix: str) -> str:
@@ -64,8 +74,11 @@ def kubectl() -> str:
     return require_tool("kubectl", "KUBECTL_BIN", KUBECTL_FIX)
 
 
-def promtool() -> str:
-    return require_tool("promtool", "PROMTOOL_BIN", PROMTOOL_FIX)
+def promtool(version: str = "2.42") -> str:
+    """promtool of Prometheus ``version``: Debian's (``$PROMTOOL_BIN`` or PATH) or the one built with 3.16."""
+    if version == "2.42":
+        return require_tool("promtool", "PROMTOOL_BIN", PROMTOOL_FIX)
+    return prometheus_binary(version, "promtool")
 
 
 def run_tool(command: Sequence[str], *, cwd: Path | None = None, timeout_s: float = 60.0) -> str:

@@ -16,11 +16,12 @@ import pytest
 from otel_bridge.prometheus.promql import parse_duration
 from tests.deploy.support import (
     COLLECTOR_IMAGE,
-    COLLECTOR_SCHEMA,
+    COLLECTOR_VERSION,
     IN_CLUSTER_PROMETHEUS_CONFIG,
     KUBERNETES_VERSION,
     NAMESPACES,
     OTELCOL_CONFIG,
+    OTELCOL_MANIFEST,
     OVERLAYS,
     PROMETHEUS_IMAGE,
     RULES_DIR,
@@ -37,7 +38,7 @@ RENDERINGS = ("base", *OVERLAYS)
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 READ_VERBS = {"get", "list", "watch"}
 #: What the collector may read, and why (deploy/kubernetes/base/collector/rbac.yaml): pods for kubernetes_sd and
-#: k8sattributes, replicasets for k8sattributes' k8s.deployment.name.
+#: k8s_attributes, replicasets for k8s_attributes' k8s.deployment.name.
 COLLECTOR_RBAC = {("", "pods"), ("apps", "replicasets")}
 COLLECTOR_LABELS = {"app.kubernetes.io/name": "otel-collector"}
 PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
@@ -157,9 +158,9 @@ def test_images_are_the_pinned_releases(rendering: str) -> None:
     objects = render(rendering)
     assert container_of(objects, "otel-collector")["image"] == COLLECTOR_IMAGE
     assert container_of(objects, "prometheus")["image"] == PROMETHEUS_IMAGE
-    # The collector config and its schema target the release the Deployment runs.
-    assert load_yaml(COLLECTOR_SCHEMA)["image"] == COLLECTOR_IMAGE
-    assert COLLECTOR_IMAGE in OTELCOL_CONFIG.read_text(encoding="utf-8")
+    # The collector config and the manifest of its distribution target the release the Deployment runs.
+    assert load_yaml(OTELCOL_MANIFEST)["dist"]["version"] == COLLECTOR_VERSION
+    assert COLLECTOR_IMAGE in OTELCOL_CONFIG.read_text(encoding="utf-8").split("\n\n", 1)[0]
 
 
 @pytest.mark.parametrize("rendering", RENDERINGS)

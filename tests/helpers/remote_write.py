@@ -1,4 +1,4 @@
-"""Prometheus remote write from a test, as the collector's ``prometheusremotewrite`` exporter sends it.
+"""Prometheus remote write from a test, as the collector's ``prometheus_remote_write`` exporter sends it.
 
 A remote-write 1.0 request is a protobuf ``prometheus.WriteRequest`` (``timeseries``: labels and samples, no metadata
 unless sent) compressed with snappy's block format. Both are encoded here by hand, in the few lines the format needs:

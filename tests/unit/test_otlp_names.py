@@ -3,8 +3,9 @@
 The expected names come from the translators' own test tables, never from this module:
 
 - ``metric_namer_test.go`` of github.com/prometheus/otlptranslator at v1.0.0 (``TestMetricNamer_Build``, the
-  ``UTF8Allowed: false, WithMetricSuffixes: true`` rows): the namer otelcol-contrib v0.136.0's prometheusremotewrite
-  and prometheus exporters call (they require v0.0.2, whose ``metric_namer.go`` and ``unit_namer.go`` name the same);
+  ``UTF8Allowed: false, WithMetricSuffixes: true`` rows): the namer the collector v0.165's prometheus_remote_write
+  exporter calls (contrib v0.165.1 requires otlptranslator v1.0.0; v0.136.0's required v0.0.2, whose
+  ``metric_namer.go`` and ``unit_namer.go`` name the same);
 - ``pkg/translator/prometheus/normalize_name_test.go`` of open-telemetry/opentelemetry-collector-contrib (``TestByte``
   to ``TestOtelReceivers``, ``TestNamespace``, ``TestBuildPromCompliantNameWithNormalize``): the contrib translator
   otlptranslator was copied from, rows whose behaviour otlptranslator kept (it no longer splits at ``:`` and has no

@@ -137,6 +137,8 @@ ensure() {
 		exec {fd}>&-
 		return 0
 	fi
+	# What an interrupted build of this peer left (the lock says no build of it runs now): removed, never used.
+	rm -rf "$ROOT/.$(version_of "$name")".?????? "$ROOT/.$(version_of "$name")".old.??????
 	tmp="$(mktemp -d "$ROOT/.$(version_of "$name").XXXXXX")"
 	chmod 755 "$tmp"
 	# shellcheck disable=SC2064 # expand now: the trap must remove this build's folder
@@ -149,7 +151,7 @@ ensure() {
 	)
 	recipe "$name" >"$tmp/.recipe"
 	if [ -e "$dir" ]; then # an outdated build: out of the way first, removed once the new one is in place
-		old="$(mktemp -d "$ROOT/.old.XXXXXX")"
+		old="$(mktemp -d "$ROOT/.$(version_of "$name").old.XXXXXX")"
 		mv "$dir" "$old/"
 	fi
 	mv "$tmp" "$dir"

@@ -127,6 +127,9 @@ ensure() {
 		echo "peer $name: current ($dir)"
 		return 0
 	fi
+	if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+		PATH="/usr/local/go/bin:$PATH" # Go's usual install folder, when a minimal PATH (cron, CI) leaves it out
+	fi
 	command -v go >/dev/null 2>&1 || die "the Go toolchain (>= 1.26.7) is needed to build the peer $name: install Go and put it on PATH"
 	mkdir -p "$ROOT"
 	lock="$ROOT/.$name.lock"

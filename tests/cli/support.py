@@ -23,6 +23,18 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> int:
+    """Terminate ``process`` (by PID) if it still runs, kill it if it does not end within 15 s; its exit status."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+    return process.returncode
+
+
 def run_cli(
     args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 120.0
 ) -> subprocess.CompletedProcess[str]:

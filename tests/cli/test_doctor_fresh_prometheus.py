@@ -1,4 +1,4 @@
-"""``doctor`` right after Prometheus starts, as the README's walk-through runs it (``prometheus ... &``, ``sleep 5``).
+"""``doctor`` right after Prometheus starts, as the walk-through runs it (``prometheus ... &``, ``sleep 5``).
 
 Prometheus 2.x takes up its scrape targets at the scrape manager's first reload tick (5 s after start) and scrapes
 each at an offset within its interval: until then a target is missing from ``/api/v1/targets`` or has health

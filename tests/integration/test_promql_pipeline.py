@@ -78,7 +78,7 @@ def expected_from_prometheus(prometheus: PrometheusServer, record: dict[str, Any
     """What Prometheus itself answers, one query per statistic, at the record's time= and window length.
 
     A quantile is Prometheus' ``histogram_quantile`` moved into the interval that Prometheus' own bucket and ``_sum``
-    increases prove (README, "Window statistics"), as both paths report it.
+    increases prove (docs/step-numbers.md, "Window statistics"), as both paths report it.
     """
     end = round(record["time"], 3)
     length = duration(record["time"] - record["window_start"])

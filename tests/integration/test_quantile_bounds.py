@@ -1,4 +1,4 @@
-"""Quantiles bounded by what the histogram proves (README, "Window statistics"), through both real paths.
+"""Quantiles bounded by what the histogram proves (docs/step-numbers.md, "Window statistics"), through both real paths.
 
 Simulated vLLM servers, a real Prometheus scraping them every second, and two bridges on the same replicas: one on the
 scrape path, one on the PromQL path. Each step is quiet for 1.5 s (more than the scrape interval) around the requests,

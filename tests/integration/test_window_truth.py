@@ -15,8 +15,8 @@ Tolerances and why:
   time-weighted truth; on a loaded machine samples come late (jitter up to about one interval), so the bound used is
   twice that: |mean - truth| <= 2 * (max - min) * phases * interval / window length.
 - The restart of replica 0 happens after its counters passed values the new process will not reach in the same window,
-  so the reset is visible to both paths (a restart that climbs past the old value between two samples is not; see the
-  README).
+  so the reset is visible to both paths (a restart that climbs past the old value between two samples is not; see
+  docs/step-numbers.md).
 """
 
 from __future__ import annotations

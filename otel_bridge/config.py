@@ -34,8 +34,7 @@ from otel_bridge.config_sources import (
     read_yaml_lines,
 )
 from otel_bridge.errors import ConfigError
-from otel_bridge.prometheus.otlp_names import metric_kind
-from otel_bridge.prometheus.promql import LABEL_NAME, METRIC_NAME
+from otel_bridge.prometheus_names import LABEL_NAME, METRIC_NAME, metric_kind
 from otel_bridge.validation import format_validation_error
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 

@@ -2,7 +2,7 @@
 
 The trainer's instruments reach Prometheus through the collector renamed (``trainer.tokens`` counting ``{token}``
 becomes ``trainer_tokens_total``); this entry names them as the trainer wrote them, and the bridge queries the name the
-collector gives them (:mod:`otel_bridge.prometheus.otlp_names`), summed over every rank that pushes them.
+collector gives them (:mod:`otel_bridge.prometheus_names`), summed over every rank that pushes them.
 
 The entry mirrors the exporter's naming settings. otelcol-contrib v0.136.0's ``prometheusremotewrite`` exporter has
 ``add_metric_suffixes`` only (``translation_strategy`` came to it in 2026, contrib PR #47714); its ``prometheus``
@@ -19,8 +19,13 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from otel_bridge.prometheus.otlp_names import ESCAPING_STRATEGIES, Instrument, TranslationStrategy, prometheus_name
-from otel_bridge.prometheus.promql import METRIC_NAME
+from otel_bridge.prometheus_names import (
+    ESCAPING_STRATEGIES,
+    METRIC_NAME,
+    Instrument,
+    TranslationStrategy,
+    prometheus_name,
+)
 
 __all__ = ["OTLPInstrumentConfig"]
 

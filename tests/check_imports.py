@@ -62,6 +62,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.schema",
             "otel_bridge.window",
             "otel_bridge.phases",
+            "otel_bridge.prometheus_names",
         ),
     ),
     (

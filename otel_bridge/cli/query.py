@@ -25,7 +25,7 @@ from otel_bridge.exporters.naming import infra_key
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.connect import connect
-from otel_bridge.prometheus.promql import METRIC_NAME
+from otel_bridge.prometheus_names import METRIC_NAME
 from otel_bridge.reader import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow
 

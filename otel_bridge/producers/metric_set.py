@@ -10,7 +10,7 @@ from typing import Literal
 from otel_bridge.config import MetricConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
-from otel_bridge.prometheus.otlp_names import metric_kind
+from otel_bridge.prometheus_names import metric_kind
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
 _log = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import Final, Literal, get_args
 
 from otel_bridge.errors import ExpositionParseError, SampleLimitError
-from otel_bridge.prometheus.promql import LABEL_NAME_PATTERN, METRIC_NAME_PATTERN
+from otel_bridge.prometheus_names import LABEL_NAME_PATTERN, METRIC_NAME_PATTERN
 from otel_bridge.window import MetricKind
 
 _log = logging.getLogger(__name__)

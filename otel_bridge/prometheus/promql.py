@@ -1,8 +1,8 @@
 """Building PromQL safely: name validation, string-literal quoting and small expression combinators.
 
-Every function is pure. Names that do not match the Prometheus grammar raise :class:`ConfigError`, so a
-misspelled metric or label in the configuration is reported at start-up instead of producing a query that
-Prometheus rejects (or, worse, silently matches nothing).
+Every function is pure. Names that do not match the Prometheus grammar (:mod:`otel_bridge.prometheus_names`) raise
+:class:`ConfigError`, so a misspelled metric or label in the configuration is reported at start-up instead of
+producing a query that Prometheus rejects (or, worse, silently matches nothing).
 
 Label values are quoted with the escapes that Go string literals (which PromQL uses) and JSON have in
 common, so a value can never break out of its literal whatever characters it holds.
@@ -13,15 +13,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final
 
 from otel_bridge.errors import ConfigError
+from otel_bridge.prometheus_names import LABEL_NAME, METRIC_NAME
 
 __all__ = [
-    "LABEL_NAME",
-    "LABEL_NAME_PATTERN",
-    "METRIC_NAME",
-    "METRIC_NAME_PATTERN",
     "duration",
     "parse_duration",
     "quote_label_value",
@@ -34,15 +30,6 @@ __all__ = [
     "validate_metric_name",
     "value_alternation",
 ]
-
-#: A Prometheus metric name, as a pattern to embed in larger ones (possessive: matching stays linear inside them).
-#: The one definition in otel_bridge; :data:`METRIC_NAME` is it compiled (use ``fullmatch``).
-METRIC_NAME_PATTERN: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
-METRIC_NAME: Final = re.compile(METRIC_NAME_PATTERN)
-#: A Prometheus label name (``__``-prefixed names are reserved, see :func:`validate_label_name`); compiled as
-#: :data:`LABEL_NAME`.
-LABEL_NAME_PATTERN: Final = r"[a-zA-Z_][a-zA-Z0-9_]*+"
-LABEL_NAME: Final = re.compile(LABEL_NAME_PATTERN)
 
 # Escapes valid both in Go double-quoted string literals and in JSON strings.
 _SHORT_ESCAPES = {

@@ -82,7 +82,7 @@ def test_metrics_pipeline_joins_trainers_and_infrastructure(config: dict[str, An
     assert otlp["http"]["endpoint"].endswith(":4318")
     remote_write = config["exporters"]["prometheus_remote_write"]
     assert remote_write["http"]["endpoint"] == "${env:PROMETHEUS_REMOTE_WRITE_ENDPOINT}"
-    # The naming the bridge's metrics[].otlp entries expect by default (otel_bridge.prometheus.otlp_names), and series
+    # The naming the bridge's metrics[].otlp entries expect by default (otel_bridge.prometheus_names), and series
     # whose identity does not change with the collector's version (no otel_scope_* labels).
     assert remote_write["translation_strategy"] == "UnderscoreEscapingWithSuffixes"
     assert remote_write["disable_scope_info"] is True

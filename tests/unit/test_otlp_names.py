@@ -1,4 +1,4 @@
-"""The Prometheus names the collector gives OpenTelemetry instruments (otel_bridge/prometheus/otlp_names.py).
+"""The Prometheus names the collector gives OpenTelemetry instruments (otel_bridge.prometheus_names.py).
 
 The expected names come from the translators' own test tables, never from this module:
 
@@ -24,7 +24,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricReader, Sum
 
-from otel_bridge.prometheus.otlp_names import (
+from otel_bridge.prometheus_names import (
     INSTRUMENT_KINDS,
     Instrument,
     metric_kind,

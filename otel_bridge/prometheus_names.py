@@ -1,12 +1,20 @@
-"""The Prometheus names an OpenTelemetry instrument gets on its way through the collector.
+"""Prometheus names: what a metric or label name may be, and the name an OpenTelemetry instrument gets on its way
+through the collector.
 
-The trainer's instruments reach Prometheus over OTLP, through ``collector/otelcol.yaml``'s ``prometheusremotewrite``
-exporter (otelcol-contrib v0.136.0; its ``prometheus`` exporter names them the same). Both build the name with
-``otlptranslator.MetricNamer{WithMetricSuffixes: ..., Namespace: namespace}`` from github.com/prometheus/otlptranslator
-(``metric_namer.go``, read at commit 0d792268; contrib's ``pkg/translator/prometheusremotewrite/metrics_to_prw_v2.go``,
-read at commit 071a999c, passes ``WithMetricSuffixes: settings.AddMetricSuffixes``). This module is that function, for
-the underscore-escaping strategies. With suffixes (``add_metric_suffixes: true``, the default, or the ``prometheus``
-exporter's ``translation_strategy: UnderscoreEscapingWithSuffixes``):
+The grammar (:data:`METRIC_NAME`, :data:`LABEL_NAME`) is the one definition in otel_bridge: the configuration checks
+the names it is given with it, PromQL building (:mod:`otel_bridge.prometheus.promql`) and the exposition parser
+(:mod:`otel_bridge.prometheus.exposition`) embed it. Both live here, below the configuration, because the
+configuration validates ``metrics[]`` entries with them (a ``name``, a label, an ``otlp`` entry's translated name) and
+imports nothing above itself.
+
+**OTLP names.** The trainer's instruments reach Prometheus over OTLP, through ``collector/otelcol.yaml``'s
+``prometheusremotewrite`` exporter (otelcol-contrib v0.136.0; its ``prometheus`` exporter names them the same). Both
+build the name with ``otlptranslator.MetricNamer{WithMetricSuffixes: ..., Namespace: namespace}`` from
+github.com/prometheus/otlptranslator (``metric_namer.go``, read at commit 0d792268; contrib's
+``pkg/translator/prometheusremotewrite/metrics_to_prw_v2.go``, read at commit 071a999c, passes ``WithMetricSuffixes:
+settings.AddMetricSuffixes``). This module is that function, for the underscore-escaping strategies. With suffixes
+(``add_metric_suffixes: true``, the default, or the ``prometheus`` exporter's ``translation_strategy:
+UnderscoreEscapingWithSuffixes``):
 
 - the name is split at every character outside ``[a-zA-Z0-9:]`` (dots, dashes, slashes, runs of underscores) and the
   pieces joined with ``_``;
@@ -26,6 +34,7 @@ A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count`` eit
 
 from __future__ import annotations
 
+import re
 from typing import Final, Literal
 
 from otel_bridge.window import MetricKind
@@ -33,6 +42,10 @@ from otel_bridge.window import MetricKind
 __all__ = [
     "ESCAPING_STRATEGIES",
     "INSTRUMENT_KINDS",
+    "LABEL_NAME",
+    "LABEL_NAME_PATTERN",
+    "METRIC_NAME",
+    "METRIC_NAME_PATTERN",
     "PER_UNIT_SUFFIXES",
     "UNIT_SUFFIXES",
     "Instrument",
@@ -41,6 +54,15 @@ __all__ = [
     "prometheus_name",
     "prometheus_series",
 ]
+
+#: A Prometheus metric name, as a pattern to embed in larger ones (possessive: matching stays linear inside them).
+#: The one definition in otel_bridge; :data:`METRIC_NAME` is it compiled (use ``fullmatch``).
+METRIC_NAME_PATTERN: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+METRIC_NAME: Final = re.compile(METRIC_NAME_PATTERN)
+#: A Prometheus label name (``__``-prefixed names are reserved, see
+#: :func:`otel_bridge.prometheus.promql.validate_label_name`); compiled as :data:`LABEL_NAME`.
+LABEL_NAME_PATTERN: Final = r"[a-zA-Z_][a-zA-Z0-9_]*+"
+LABEL_NAME: Final = re.compile(LABEL_NAME_PATTERN)
 
 #: OpenTelemetry instrument kinds as the collector sees them. The observable instruments are the same
 #: (``ObservableCounter`` is a ``counter``, ``ObservableUpDownCounter`` an ``up_down_counter``,

@@ -13,8 +13,8 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from otel_bridge.config.messages import format_validation_error
 from otel_bridge.errors import ConfigError
-from otel_bridge.validation import format_validation_error
 
 
 class BackendOptions(BaseModel):

@@ -1,6 +1,6 @@
 """Validation errors as users read them: every problem on its own line, naming the key and what is allowed.
 
-Used for the main configuration (:mod:`otel_bridge.config`) and for every tracker's options
+Used for the main configuration (:mod:`otel_bridge.config.model`) and for every tracker's options
 (:mod:`otel_bridge.exporters.backends.options`), so both read the same.
 """
 

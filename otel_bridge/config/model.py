@@ -1,13 +1,27 @@
-"""The one configuration model: loaded from YAML, a dict, or environment overrides, validated by pydantic.
+"""The configuration model: every section of ``otel-bridge.yaml``, validated by pydantic on one base model.
 
-Unknown keys and wrong types raise :class:`~otel_bridge.errors.ConfigError` naming the key and what is allowed.
+Unknown keys and wrong types raise :class:`~otel_bridge.errors.ConfigError` naming the key and what is allowed
+(:mod:`otel_bridge.config.messages`); where the values come from (a YAML file, a dict, ``OTEL_BRIDGE__...``
+environment overrides, secrets in environment variables or files) is :mod:`otel_bridge.config.load`.
 
-Environment overrides (applied after the file/dict, before validation):
+Secrets (bearer tokens, basic-auth passwords) are never inline: :class:`AuthConfig` names the environment variable or
+file that holds them and reads it when a client is built, and they never appear in logs, errors or reprs.
 
-- ``OTEL_BRIDGE__<SECTION>__<KEY>=value`` sets any nested key, e.g. ``OTEL_BRIDGE__PROMETHEUS__TIMEOUT_S=5``;
-  the value is read as a YAML scalar/list (``5``, ``true``, ``[a, b]``).
-- ``OTEL_BRIDGE_PROMETHEUS_URL`` sets ``prometheus.url`` when the config leaves it unset or ``auto`` (an explicit
-  URL in the config wins; ``OTEL_BRIDGE__PROMETHEUS__URL`` overrides it).
+A ``metrics[].otlp`` entry (:class:`OTLPInstrumentConfig`) names a trainer metric by its OpenTelemetry instrument
+instead of its Prometheus name. The trainer's instruments reach Prometheus through the collector renamed
+(``trainer.tokens`` counting ``{token}`` becomes ``trainer_tokens_total``); the entry names them as the trainer wrote
+them, and the bridge queries the name the collector gives them (:mod:`otel_bridge.prometheus_names`), summed over
+every rank that pushes them. The entry mirrors the exporter's naming settings. otelcol-contrib v0.136.0's
+``prometheusremotewrite`` exporter has ``add_metric_suffixes`` only (``translation_strategy`` came to it in 2026,
+contrib PR #47714); its ``prometheus`` exporter also has ``translation_strategy`` (since v0.132.0: the
+``exporter.prometheusexporter.DisableAddMetricSuffixes`` gate registered with it,
+``internal/metadata/generated_feature_gates.go`` at commit 40c9eb77, is alpha, i.e. off, in v0.136), and an explicit
+strategy wins over ``add_metric_suffixes`` (``getTranslationConfiguration`` in its ``collector.go``, read at commit
+0000b194: strategy if set, else suffixes if that gate is on, else ``add_metric_suffixes``; UTF-8 only for the two
+``NoUTF8``/``NoTranslation`` strategies).
+
+This is the bottom of the house: it imports nothing of otel_bridge above itself (errors, the statistic names of
+:mod:`otel_bridge.window` and the name grammar of :mod:`otel_bridge.prometheus_names`).
 """
 
 from __future__ import annotations
@@ -22,45 +36,19 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from otel_bridge.config_otlp import OTLPInstrumentConfig
-from otel_bridge.config_secrets import AuthConfig, TLSConfig, refuse_url_credentials
-from otel_bridge.config_sources import (
-    AUTO,
-    ENV_PREFIX,
-    ENV_PROMETHEUS_URL,
-    Lines,
-    apply_env_overrides,
-    read_yaml,
-    read_yaml_lines,
-)
+from otel_bridge.config.load import AUTO, Lines, apply_env_overrides, read_secret, read_yaml_lines
+from otel_bridge.config.messages import format_validation_error
 from otel_bridge.errors import ConfigError
-from otel_bridge.prometheus_names import LABEL_NAME, METRIC_NAME, metric_kind
-from otel_bridge.validation import format_validation_error
+from otel_bridge.prometheus_names import (
+    ESCAPING_STRATEGIES,
+    LABEL_NAME,
+    METRIC_NAME,
+    Instrument,
+    TranslationStrategy,
+    metric_kind,
+    prometheus_name,
+)
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
-
-__all__ = [
-    "AUTO",
-    "ENV_PREFIX",
-    "ENV_PROMETHEUS_URL",
-    "AuthConfig",
-    "BridgeConfig",
-    "DeliveryConfig",
-    "MetricConfig",
-    "NamingConfig",
-    "OTLPConfig",
-    "OTLPInstrumentConfig",
-    "OTelConfig",
-    "PrometheusConfig",
-    "PrometheusEndpointConfig",
-    "RatioConfig",
-    "RunConfig",
-    "ScrapeConfig",
-    "TLSConfig",
-    "TrackerConfig",
-    "apply_env_overrides",
-    "format_validation_error",
-    "read_yaml",
-]
 
 
 class _Model(BaseModel):
@@ -77,6 +65,126 @@ def _check_http_url(value: str, key: str, written: str | None = None) -> str:
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"{key} = {written or repr(value)}: the port must be a number from 1 to 65535")
     return value.rstrip("/")
+
+
+class AuthConfig(_Model):
+    """Credentials for Prometheus (``prometheus.auth``) or the scrape targets (``scrape.auth``). Secrets are read from
+    an environment variable or a file, never inline."""
+
+    bearer_token_env: str | None = Field(None, description="Environment variable holding a bearer token.")
+    bearer_token_file: Path | None = Field(None, description="File holding a bearer token.")
+    username: str | None = Field(None, description="Basic-auth user name (the password comes from env or file).")
+    password_env: str | None = Field(None, description="Environment variable holding the basic-auth password.")
+    password_file: Path | None = Field(None, description="File holding the basic-auth password.")
+
+    @model_validator(mode="after")
+    def _one_scheme(self) -> Self:
+        bearer = self.bearer_token_env is not None or self.bearer_token_file is not None
+        basic = self.username is not None or self.password_env is not None or self.password_file is not None
+        if bearer and basic:
+            raise ValueError("use either a bearer token or basic auth (username + password), not both")
+        if self.bearer_token_env is not None and self.bearer_token_file is not None:
+            raise ValueError("set only one of bearer_token_env and bearer_token_file")
+        if self.password_env is not None and self.password_file is not None:
+            raise ValueError("set only one of password_env and password_file")
+        if basic and (self.username is None or (self.password_env is None and self.password_file is None)):
+            raise ValueError("basic auth needs username and one of password_env / password_file")
+        return self
+
+    def bearer_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The bearer token, read now from its environment variable or file."""
+        return read_secret("bearer token", self.bearer_token_env, self.bearer_token_file, environ)
+
+    def basic_auth(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """``(username, password)``, the password read now from its environment variable or file."""
+        if self.username is None:
+            return None
+        password = read_secret("password", self.password_env, self.password_file, environ)
+        assert password is not None  # the validator guarantees a source
+        return self.username, password
+
+
+def refuse_url_credentials(values: list[str]) -> None:
+    """A scrape target written with ``user:password@`` is refused without echoing it (the password is in it)."""
+    for index, value in enumerate(values):
+        authority = value.split("://", 1)[-1].split("/", 1)[0]
+        if "@" in authority:
+            raise ValueError(
+                f"scrape.targets[{index}] contains credentials (user:password@...), which would end up in logs and "
+                "tracker keys; remove them from the URL and set scrape.auth.username with scrape.auth.password_env "
+                "or scrape.auth.password_file (or scrape.auth.bearer_token_env / scrape.auth.bearer_token_file)"
+            )
+
+
+class TLSConfig(_Model):
+    """TLS for HTTPS endpoints: verification is on unless switched off explicitly."""
+
+    verify: bool = True
+    ca_file: Path | None = Field(None, description="CA bundle to verify the server with (instead of the system one).")
+    cert_file: Path | None = Field(None, description="Client certificate (PEM).")
+    key_file: Path | None = Field(None, description="Client certificate key (PEM).")
+
+    @model_validator(mode="after")
+    def _cert_pair(self) -> Self:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file needs cert_file")
+        return self
+
+
+class OTLPInstrumentConfig(_Model):
+    """``metrics[].otlp``: the instrument as the trainer created it, e.g. ``{name: trainer.tokens, unit: "{token}",
+    instrument: counter}``."""
+
+    name: str = Field(description="The instrument's name, e.g. trainer.tokens.")
+    unit: str = Field("", description="The instrument's unit (UCUM): s, By, 1, {token}, By/s, ...; default none.")
+    instrument: Instrument = Field(
+        description=(
+            "counter | up_down_counter | gauge | histogram (ObservableCounter is a counter, ObservableUpDownCounter "
+            "an up_down_counter, ObservableGauge a gauge)."
+        )
+    )
+    namespace: str = Field(
+        "", description="The collector exporter's `namespace`, if it sets one (the shipped config does not)."
+    )
+    add_metric_suffixes: bool = Field(
+        True, description="The collector exporter's `add_metric_suffixes` (true by default: unit, _total and _ratio)."
+    )
+    translation_strategy: TranslationStrategy | None = Field(
+        None,
+        description=(
+            "The `prometheus` exporter's `translation_strategy`, if it sets one (it then wins over "
+            "add_metric_suffixes): UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _translatable(self) -> Self:
+        strategy = self.translation_strategy
+        if strategy is not None and strategy not in ESCAPING_STRATEGIES:
+            raise ValueError(
+                f"translation_strategy {strategy} keeps the name's dots (a UTF-8 metric name), which the bridge does "
+                "not query: use UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes in the exporter "
+                "and here"
+            )
+        translated = self.prometheus_name
+        if not METRIC_NAME.fullmatch(translated):
+            raise ValueError(
+                f"namespace {self.namespace!r} makes {translated!r}, not a valid Prometheus metric name: use letters, "
+                "digits and '_'"
+            )
+        return self
+
+    @property
+    def suffixes(self) -> bool:
+        """Whether the exporter adds unit and type suffixes: the strategy's choice if one is set."""
+        if self.translation_strategy is not None:
+            return ESCAPING_STRATEGIES.get(self.translation_strategy, True)
+        return self.add_metric_suffixes
+
+    @property
+    def prometheus_name(self) -> str:
+        """The metric name in Prometheus (a histogram's series add ``_bucket``, ``_sum``, ``_count``)."""
+        return prometheus_name(self.name, self.unit, self.instrument, self.namespace, self.suffixes)
 
 
 class PrometheusConfig(_Model):

@@ -1,12 +1,21 @@
-"""Where configuration values come from before validation: YAML files and ``OTEL_BRIDGE__...`` environment overrides.
+"""Where configuration values come from: YAML files, ``OTEL_BRIDGE__...`` environment overrides, and the secrets that
+environment variables or files hold.
 
-See :mod:`otel_bridge.config` for the rules; :meth:`BridgeConfig.load <otel_bridge.config.BridgeConfig.load>` applies
-them.
+Environment overrides (applied after the file/dict, before validation):
+
+- ``OTEL_BRIDGE__<SECTION>__<KEY>=value`` sets any nested key, e.g. ``OTEL_BRIDGE__PROMETHEUS__TIMEOUT_S=5``;
+  the value is read as a YAML scalar/list (``5``, ``true``, ``[a, b]``).
+- ``OTEL_BRIDGE_PROMETHEUS_URL`` sets ``prometheus.url`` when the config leaves it unset or ``auto`` (an explicit
+  URL in the config wins; ``OTEL_BRIDGE__PROMETHEUS__URL`` overrides it).
+
+:meth:`BridgeConfig.load <otel_bridge.config.BridgeConfig.load>` applies them; a secret is read when a client is built
+(:meth:`AuthConfig.bearer_token <otel_bridge.config.AuthConfig.bearer_token>`).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -100,3 +109,25 @@ def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dic
             node = child
         node[path[-1]] = value
     return out
+
+
+def read_secret(what: str, env: str | None, file: Path | None, environ: Mapping[str, str] | None) -> str | None:
+    """The secret ``what`` read now from environment variable ``env`` or ``file`` (``None`` when neither is set);
+    a :class:`ConfigError` saying what to fix when it is missing, unreadable or empty. Never echoes the secret."""
+    environ = os.environ if environ is None else environ
+    if env is not None:
+        value = environ.get(env)
+        if not value:
+            raise ConfigError(f"the {what} comes from environment variable {env}, which is not set or empty: set it")
+        return value.strip()
+    if file is not None:
+        try:
+            value = file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the {what} file {file}: {exc.strerror}; fix the path") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"the {what} file {file} is not UTF-8 text; fix its content") from None
+        if not value:
+            raise ConfigError(f"the {what} file {file} is empty: put the {what} in it")
+        return value
+    return None

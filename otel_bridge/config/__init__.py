@@ -12,6 +12,7 @@ from otel_bridge.config.load import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, apply_
 from otel_bridge.config.messages import format_validation_error
 from otel_bridge.config.model import (
     AuthConfig,
+    BoundaryMode,
     BridgeConfig,
     DeliveryConfig,
     MetricConfig,
@@ -22,6 +23,7 @@ from otel_bridge.config.model import (
     PrometheusConfig,
     PrometheusEndpointConfig,
     RatioConfig,
+    RulesMode,
     RunConfig,
     ScrapeConfig,
     TLSConfig,
@@ -33,6 +35,7 @@ __all__ = [
     "ENV_PREFIX",
     "ENV_PROMETHEUS_URL",
     "AuthConfig",
+    "BoundaryMode",
     "BridgeConfig",
     "DeliveryConfig",
     "MetricConfig",
@@ -43,6 +46,7 @@ __all__ = [
     "PrometheusConfig",
     "PrometheusEndpointConfig",
     "RatioConfig",
+    "RulesMode",
     "RunConfig",
     "ScrapeConfig",
     "TLSConfig",

@@ -50,6 +50,11 @@ from otel_bridge.prometheus_names import (
 )
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
+BoundaryMode = Literal["auto", "scrape", "samples"]
+"""``prometheus.boundary``: what bounds a step's window for counters and histograms."""
+RulesMode = Literal["auto", "required", "off"]
+"""``prometheus.recording_rules``: whether a step reads otel-bridge's recording rules."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
@@ -216,7 +221,7 @@ class PrometheusConfig(_Model):
             "this far back for a window's baseline."
         ),
     )
-    boundary: Literal["auto", "scrape", "samples"] = Field(
+    boundary: BoundaryMode = Field(
         "auto",
         description=(
             "What bounds a step's window for counters and histograms. 'scrape': the bridge scrapes the targets "
@@ -228,7 +233,7 @@ class PrometheusConfig(_Model):
     boundary_max_targets: int = Field(
         64, ge=0, description="With boundary: auto, the most targets the bridge scrapes itself at each boundary."
     )
-    recording_rules: Literal["auto", "required", "off"] = Field(
+    recording_rules: RulesMode = Field(
         "auto",
         description=(
             "With boundary samples: read counters and histograms through otel-bridge's recording rules (written by "

@@ -11,9 +11,7 @@
 """
 
 from otel_bridge.discovery.prometheus_url import (
-    AUTO,
     DEFAULT_RAY_PROMETHEUS_PORT,
-    ENV_PROMETHEUS_URL,
     ENV_RAY_PROMETHEUS_HOST,
     Resolution,
     resolve_prometheus_url,
@@ -39,9 +37,7 @@ from otel_bridge.discovery.targets import (
 from otel_bridge.discovery.watcher import TargetWatcher
 
 __all__ = [
-    "AUTO",
     "DEFAULT_RAY_PROMETHEUS_PORT",
-    "ENV_PROMETHEUS_URL",
     "ENV_RAY_PROMETHEUS_HOST",
     "SERVICE_DISCOVERY_FILE",
     "MetricsAddressActor",

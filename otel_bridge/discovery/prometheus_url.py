@@ -21,12 +21,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from otel_bridge.config import AUTO, ENV_PROMETHEUS_URL
 from otel_bridge.errors import ConfigError, DiscoveryError
 
 _log = logging.getLogger(__name__)
 
-AUTO = "auto"
-ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
 ENV_RAY_PROMETHEUS_HOST = "RAY_PROMETHEUS_HOST"
 DEFAULT_RAY_PROMETHEUS_PORT = 9090
 

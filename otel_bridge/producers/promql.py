@@ -24,10 +24,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 from opentelemetry.sdk.metrics.export import Metric
 
+from otel_bridge.config import BoundaryMode, RulesMode
 from otel_bridge.discovery.watcher import TargetWatcher
 from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
 from otel_bridge.health import (
@@ -74,8 +74,6 @@ from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 
-BoundaryMode = Literal["auto", "scrape", "samples"]
-RulesMode = Literal["auto", "required", "off"]
 BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], Scraper]
 """Builds the scrape producer for boundary scrapes from target URLs and the queries it reads."""
 

@@ -26,9 +26,8 @@ import requests
 import yaml
 
 from otel_bridge import Bridge
-from otel_bridge.config import AUTO
+from otel_bridge.config import AUTO, ENV_PROMETHEUS_URL
 from otel_bridge.discovery import resolve_prometheus_url
-from otel_bridge.discovery.prometheus_url import ENV_PROMETHEUS_URL
 from otel_bridge.errors import ConfigError
 from otel_bridge.integrations.verl import (
     RL_INSIGHT,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from otel_bridge.config import ENV_PROMETHEUS_URL
 from otel_bridge.discovery import (
-    ENV_PROMETHEUS_URL,
     ENV_RAY_PROMETHEUS_HOST,
     Resolution,
     resolve_prometheus_url,

@@ -23,12 +23,12 @@ from otel_bridge.errors import ConfigError, DiscoveryError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import Health
+from otel_bridge.http.credentials import tls_arguments
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.producers.scrape_process import ScrapeProcess, Scraper
 from otel_bridge.prometheus.connect import connect
-from otel_bridge.prometheus.credentials import tls_arguments
 from otel_bridge.reader import MetricProducer
 
 _log = logging.getLogger(__name__)

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, option) < least:
             parser.error(f"--{option.replace('_', '-')} must be at least {least} (every fault needs its window)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("otel_bridge.prometheus.transport").setLevel(logging.WARNING)  # per-request failure lines
+    logging.getLogger("otel_bridge.http.transport").setLevel(logging.WARNING)  # per-request failure lines
     results = run(args)
     keys = ("elapsed_s", "passed", "failed_checks", "skipped", "observations_not_holding", "summary", "path")
     sys.stdout.write(json.dumps({k: results[k] for k in keys}, indent=2) + "\n")

@@ -49,6 +49,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         "sources",
         (
             "otel_bridge.prometheus",
+            "otel_bridge.http",
             "otel_bridge.discovery",
             "otel_bridge.simulation",
             "otel_bridge.config",

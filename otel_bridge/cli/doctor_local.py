@@ -13,8 +13,8 @@ from pathlib import Path
 from otel_bridge.cli.doctor_base import CheckRecorder
 from otel_bridge.config import AUTO, ENV_PREFIX, BridgeConfig, MetricConfig, TrackerConfig
 from otel_bridge.errors import ConfigError, DiscoveryError
+from otel_bridge.http.credentials import secret_forms
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.prometheus.credentials import secret_forms
 
 
 class LocalChecks(CheckRecorder):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from otel_bridge.errors import PrometheusAPIError, PrometheusResponseError
-from otel_bridge.prometheus.transport import Answer, one_line, truncate
+from otel_bridge.http.transport import Answer, one_line, truncate
 
 __all__ = [
     "PromSeries",

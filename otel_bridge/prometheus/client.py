@@ -2,7 +2,7 @@
 
 A :class:`PrometheusClient` is built from the validated ``prometheus`` config section (:class:`PrometheusConfig`;
 :func:`otel_bridge.prometheus.connect.connect` also resolves ``url: auto``) and sends its requests through one
-:class:`~otel_bridge.prometheus.transport.Transport`: retries of transient failures with backoff, a deadline per
+:class:`~otel_bridge.http.transport.Transport`: retries of transient failures with backoff, a deadline per
 attempt (``prometheus.timeout_s``), a capped body read, TLS and credentials. Every failure becomes a typed error from
 :mod:`otel_bridge.errors` whose message names the URL and the config key to change, and never contains credentials.
 
@@ -28,6 +28,8 @@ from otel_bridge.errors import (
     PrometheusUnreachableError,
     ResponseTooLargeError,
 )
+from otel_bridge.http.credentials import tls_arguments
+from otel_bridge.http.transport import MAX_REDIRECTS, Transport, TransportError, truncate
 from otel_bridge.prometheus.answers import (
     QUERY_IN_MESSAGE,
     PromSeries,
@@ -37,8 +39,6 @@ from otel_bridge.prometheus.answers import (
     parse_query_data,
     shape_error,
 )
-from otel_bridge.prometheus.credentials import tls_arguments
-from otel_bridge.prometheus.transport import MAX_REDIRECTS, Transport, TransportError, truncate
 
 __all__ = ["MAX_REDIRECTS", "PromSeries", "PrometheusClient", "QueryResult"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from otel_bridge.errors import ScrapeError
-from otel_bridge.prometheus.transport import Transport, TransportError
+from otel_bridge.http.transport import Transport, TransportError
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
 

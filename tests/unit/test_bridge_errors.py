@@ -36,7 +36,7 @@ def config_for(url: str, tmp_path: Path, **prometheus: Any) -> dict[str, Any]:
 
 
 # The HTTP deadline watchdog is one daemon thread per process, started by the first request and kept for the next
-# (otel_bridge/prometheus/deadline.py): not a leftover of a failed start.
+# (otel_bridge/http/attempt_deadline.py): not a leftover of a failed start.
 PROCESS_WIDE = {"otel-bridge-http-deadlines"}
 
 

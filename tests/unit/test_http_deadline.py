@@ -13,8 +13,8 @@ import pytest
 
 from otel_bridge.config import PrometheusConfig
 from otel_bridge.errors import PrometheusUnreachableError, ScrapeError
+from otel_bridge.http.attempt_deadline import GRACE_S
 from otel_bridge.prometheus.client import PrometheusClient
-from otel_bridge.prometheus.deadline import GRACE_S
 from otel_bridge.prometheus.endpoint import MetricsEndpoint
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_vector, sequence
 

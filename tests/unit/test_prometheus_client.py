@@ -212,7 +212,7 @@ def test_error_statuses_without_api_body_get_a_hint(serve: ServeFn, client: Clie
 
 
 def test_retry_after_is_capped() -> None:
-    from otel_bridge.prometheus.transport import RETRY_AFTER_CAP_S, _RetryPolicy
+    from otel_bridge.http.transport import RETRY_AFTER_CAP_S, _RetryPolicy
 
     response = urllib3.HTTPResponse(status=503, headers={"Retry-After": "3600"})
     assert _RetryPolicy(total=1).get_retry_after(response) == RETRY_AFTER_CAP_S

@@ -7,7 +7,7 @@ A :class:`Transport` wraps one ``requests.Session`` and adds what every caller n
 - **a deadline per attempt**: connecting, sending, the answer and its whole body (redirects included) end within
   ``timeout_s``. Socket waits shrink to the time left, and a server that keeps a connection busy past the deadline
   (one byte every 2 s passes any per-read timeout) has its socket shut down by a watchdog thread
-  (:mod:`otel_bridge.prometheus.deadline`);
+  (:mod:`otel_bridge.http.attempt_deadline`);
 - **a cap on the body**, checked on ``Content-Length`` and while reading;
 - **TLS** ``verify``/``cert`` passed with every request, so ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` cannot
   override them;
@@ -45,8 +45,8 @@ from urllib3.exceptions import (
 from urllib3.response import BaseHTTPResponse
 from urllib3.util.retry import Retry
 
-from otel_bridge.prometheus.credentials import BearerAuth, secret_forms
-from otel_bridge.prometheus.deadline import AttemptDeadline, DeadlineAdapter, active_deadline, attempt_deadline
+from otel_bridge.http.attempt_deadline import AttemptDeadline, DeadlineAdapter, active_deadline, attempt_deadline
+from otel_bridge.http.credentials import BearerAuth, secret_forms
 
 __all__ = [
     "MAX_REDIRECTS",

@@ -24,6 +24,7 @@ from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import Health
 from otel_bridge.http.credentials import tls_arguments
+from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer
@@ -93,6 +94,21 @@ def scrape_tls(config: BridgeConfig) -> TLSArguments:
     return tls_arguments(config.scrape.tls, "scrape", "the scrape targets")
 
 
+def scrape_transport(config: BridgeConfig, tls: TLSArguments | None = None) -> TransportOptions:
+    """How the scrape targets are read: the ``scrape`` section's deadline, body cap, TLS (``tls``: :func:`scrape_tls`
+    already computed) and credentials, read now from their environment variable or file."""
+    scrape = config.scrape
+    verify, cert = tls if tls is not None else scrape_tls(config)
+    return TransportOptions(
+        timeout_s=scrape.timeout_s,
+        max_response_bytes=scrape.max_response_bytes,
+        verify=verify,
+        cert=cert,
+        bearer_token=scrape.auth.bearer_token(),
+        basic_auth=scrape.auth.basic_auth(),
+    )
+
+
 def scrape_producer(
     config: BridgeConfig,
     health: Health,
@@ -103,23 +119,17 @@ def scrape_producer(
     discovered: bool,
     tls: TLSArguments | None = None,
 ) -> Scraper:
-    """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's timeouts, caps and TLS (``tls``:
-    :func:`scrape_tls` already computed), in a child process unless ``scrape.isolation`` is ``thread``."""
+    """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's transport (:func:`scrape_transport`)
+    and caps, in a child process unless ``scrape.isolation`` is ``thread``."""
     scrape = config.scrape
-    verify, cert = tls if tls is not None else scrape_tls(config)
     return (ScrapeProcess if scrape.isolation == "process" else ScrapeProducer)(
         targets,
         queries,
         health=health,
         strict=strict,
         discovered=discovered,
-        verify=verify,
-        cert=cert,
-        bearer_token=scrape.auth.bearer_token(),
-        basic_auth=scrape.auth.basic_auth(),
-        timeout_s=scrape.timeout_s,
+        transport=scrape_transport(config, tls),
         sample_interval_s=scrape.sample_interval_s,
-        max_response_bytes=scrape.max_response_bytes,
         max_series=scrape.max_series,
         produce_timeout_s=config.delivery.produce_timeout_s,
         warn_interval_s=config.delivery.warn_interval_s,

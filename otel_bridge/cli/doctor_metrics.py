@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opentelemetry.sdk.metrics.export import Metric
 
@@ -73,7 +73,7 @@ class MetricChecks(CheckRecorder):
     def check_endpoints(self, config: BridgeConfig) -> dict[str, dict[str, ExpositionFamily]]:
         """``endpoint <url>``: every rollout endpoint answers; returns each one's parsed families."""
         from otel_bridge.discovery import ray_service_discovery_targets
-        from otel_bridge.prometheus.endpoint import MetricsEndpoint
+        from otel_bridge.prometheus.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
         from otel_bridge.prometheus.exposition import parse_exposition
 
         targets = config.scrape_targets
@@ -91,7 +91,7 @@ class MetricChecks(CheckRecorder):
             return {}
         families: dict[str, dict[str, ExpositionFamily]] = {}
         for url in targets:
-            endpoint = MetricsEndpoint(url, timeout_s=config.scrape.timeout_s)
+            endpoint = MetricsEndpoint(url, replace(ENDPOINT_DEFAULTS, timeout_s=config.scrape.timeout_s))
             try:
                 families[url] = parse_exposition(endpoint.fetch())
             except (ScrapeError, OtelBridgeError) as exc:

@@ -1,6 +1,7 @@
 """The one HTTP transport of the bridge: Prometheus' HTTP API and ``/metrics`` endpoints both go through it.
 
-A :class:`Transport` wraps one ``requests.Session`` and adds what every caller needs:
+A :class:`Transport` wraps one ``requests.Session`` and adds what every caller needs, configured by one
+:class:`TransportOptions` built once from a config section and handed down whole:
 
 - **retries** of transient failures (connection errors, read timeouts, HTTP 503 with its ``Retry-After``, capped
   at :data:`RETRY_AFTER_CAP_S`) with exponential backoff, done by urllib3 and logged; nothing else is retried;
@@ -28,7 +29,7 @@ import logging
 import re
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, Self
 
@@ -54,6 +55,7 @@ __all__ = [
     "Answer",
     "Transport",
     "TransportError",
+    "TransportOptions",
     "describe_transport_error",
     "one_line",
     "truncate",
@@ -100,6 +102,28 @@ class TransportError(Exception):
         self.status_code = status_code
         self.timed_out = timed_out
         self.tls = tls
+
+
+@dataclass(frozen=True, slots=True)
+class TransportOptions:
+    """How a :class:`Transport` talks to its server: the attempt deadline (``timeout_s``), the body cap, retries with
+    backoff, TLS (``verify`` and ``cert`` as requests takes them) and the credentials (``bearer_token`` or
+    ``basic_auth``, not both), which its ``repr`` never shows. Built once from a config section and passed down whole,
+    also to the scrape child process (it pickles)."""
+
+    timeout_s: float
+    max_response_bytes: int
+    retries: int = 0
+    backoff_s: float = 0.5
+    verify: bool | str = True
+    cert: tuple[str, str] | str | None = None
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def auth_kind(self) -> Literal["bearer", "basic", "none"]:
+        """Which credentials are sent (for reprs and messages; never the secret itself)."""
+        return "bearer" if self.bearer_token else "basic" if self.basic_auth else "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,27 +188,16 @@ class _RetryPolicy(Retry):
 class Transport:
     """Sends HTTP requests for one caller (see the module docstring). Thread-safe; :meth:`close` when done.
 
-    ``bearer_token`` or ``basic_auth`` (not both) authenticate every request; ``headers`` are sent with every request.
+    ``options`` say how (deadline, cap, retries, TLS, credentials); ``headers`` are sent with every request.
     """
 
-    def __init__(
-        self,
-        *,
-        timeout_s: float,
-        retries: int = 0,
-        backoff_s: float = 0.5,
-        max_response_bytes: int,
-        verify: bool | str = True,
-        cert: tuple[str, str] | str | None = None,
-        bearer_token: str | None = None,
-        basic_auth: tuple[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.max_response_bytes = max_response_bytes
-        self._verify = verify
-        self._cert = cert
+    def __init__(self, options: TransportOptions, *, headers: Mapping[str, str] | None = None) -> None:
+        self.timeout_s = options.timeout_s
+        self.retries = options.retries
+        self.max_response_bytes = options.max_response_bytes
+        self._verify = options.verify
+        self._cert = options.cert
+        bearer_token, basic_auth = options.bearer_token, options.basic_auth
         self._secrets = secret_forms(bearer_token, basic_auth)
         session = requests.Session()
         session.headers.update(headers or {})
@@ -194,7 +207,7 @@ class Transport:
             session.auth = basic_auth
         session.max_redirects = MAX_REDIRECTS
         retry = _RetryPolicy(
-            total=retries,
+            total=options.retries,
             connect=None,
             read=None,
             status=None,
@@ -202,7 +215,7 @@ class Transport:
             redirect=None,
             allowed_methods=frozenset({"GET", "POST"}),
             status_forcelist=frozenset({503}),
-            backoff_factor=backoff_s,
+            backoff_factor=options.backoff_s,
             raise_on_status=False,
             respect_retry_after_header=True,
         )

@@ -32,6 +32,7 @@ from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, TARGETS_UNREAD, UNREAD, Health
+from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.aggregate import compute_stats
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.points import missing_warning, to_metric
@@ -45,7 +46,7 @@ from otel_bridge.producers.readings import (
     process_start,
     window_readings,
 )
-from otel_bridge.prometheus.endpoint import MetricsEndpoint
+from otel_bridge.prometheus.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing
@@ -76,21 +77,20 @@ class _Target:
 
 
 class ScrapeProducer:
-    """Reads the configured metrics from ``/metrics`` endpoints for each step window (see the module docstring)."""
+    """Reads the configured metrics from ``/metrics`` endpoints for each step window (see the module docstring).
+
+    ``transport`` is how every target is read (``scrape.timeout_s``, ``scrape.max_response_bytes``, ``scrape.tls``,
+    ``scrape.auth``): one options object each endpoint's transport takes as it is.
+    """
 
     def __init__(
         self,
         targets: Sequence[str],
         queries: Sequence[MetricQuery],
         *,
-        timeout_s: float = 5.0,
+        transport: TransportOptions = ENDPOINT_DEFAULTS,
         sample_interval_s: float = 1.0,
-        max_response_bytes: int = 20_000_000,
         max_series: int | None = None,
-        verify: bool | str = True,
-        cert: tuple[str, str] | str | None = None,
-        bearer_token: str | None = None,
-        basic_auth: tuple[str, str] | None = None,
         health: Health | None = None,
         produce_timeout_s: float = 30.0,
         warn_interval_s: float = 60.0,
@@ -101,15 +101,7 @@ class ScrapeProducer:
             raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
         if any(q.promql is not None for q in queries):
             raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
-        self._new_endpoint = functools.partial(
-            MetricsEndpoint,
-            timeout_s=timeout_s,
-            max_response_bytes=max_response_bytes,
-            verify=verify,
-            cert=cert,
-            bearer_token=bearer_token,
-            basic_auth=basic_auth,
-        )
+        self._transport = transport
         self._strict = strict and not discovered
         self._max_series = max_series
         self._queries = list(queries)
@@ -154,7 +146,8 @@ class ScrapeProducer:
         with self._cond:
             previous = self._targets
             self._targets = {
-                url: previous.get(url) or _Target(self._new_endpoint(url), TargetReadings(urlsplit(url).netloc, now))
+                url: previous.get(url)
+                or _Target(MetricsEndpoint(url, self._transport), TargetReadings(urlsplit(url).netloc, now))
                 for url in urls
             }
             gone = [target for url, target in previous.items() if url not in self._targets]

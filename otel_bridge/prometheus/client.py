@@ -1,9 +1,10 @@
 """Client for the Prometheus HTTP API (``/api/v1/...``).
 
-A :class:`PrometheusClient` is built from the validated ``prometheus`` config section (:class:`PrometheusConfig`;
-:func:`otel_bridge.prometheus.connect.connect` also resolves ``url: auto``) and sends its requests through one
-:class:`~otel_bridge.http.transport.Transport`: retries of transient failures with backoff, a deadline per
-attempt (``prometheus.timeout_s``), a capped body read, TLS and credentials. Every failure becomes a typed error from
+A :class:`PrometheusClient` takes plain arguments: the base URL, the
+:class:`~otel_bridge.http.transport.TransportOptions` its requests go out with (retries of transient failures with
+backoff, a deadline per attempt, a capped body read, TLS and credentials) and the caps on an answer. It knows nothing of
+the configuration: :func:`otel_bridge.prometheus.connect.client_for` builds one from the ``prometheus`` section (and
+:func:`~otel_bridge.prometheus.connect.connect` also resolves ``url: auto``). Every failure becomes a typed error from
 :mod:`otel_bridge.errors` whose message names the URL and the config key to change, and never contains credentials.
 
 Queries longer than ``prometheus.post_threshold_bytes`` are sent as form ``POST``s; one answered with a
@@ -20,7 +21,6 @@ from types import TracebackType
 from typing import Any, Self, cast
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from otel_bridge.config import AUTO, PrometheusConfig
 from otel_bridge.errors import (
     ConfigError,
     PrometheusError,
@@ -28,8 +28,7 @@ from otel_bridge.errors import (
     PrometheusUnreachableError,
     ResponseTooLargeError,
 )
-from otel_bridge.http.credentials import tls_arguments
-from otel_bridge.http.transport import MAX_REDIRECTS, Transport, TransportError, truncate
+from otel_bridge.http.transport import MAX_REDIRECTS, Transport, TransportError, TransportOptions, truncate
 from otel_bridge.prometheus.answers import (
     QUERY_IN_MESSAGE,
     PromSeries,
@@ -40,46 +39,39 @@ from otel_bridge.prometheus.answers import (
     shape_error,
 )
 
-__all__ = ["MAX_REDIRECTS", "PromSeries", "PrometheusClient", "QueryResult"]
+__all__ = ["PromSeries", "PrometheusClient", "QueryResult", "check_credentials", "normalise_url"]
 
 _BEARER_KEYS = "prometheus.auth.bearer_token_env / prometheus.auth.bearer_token_file"
 _BASIC_KEYS = "prometheus.auth.username with prometheus.auth.password_env / prometheus.auth.password_file"
 
 
 class PrometheusClient:
-    """Thread-safe client for the Prometheus HTTP API, configured by the ``prometheus`` section ``config``.
+    """Thread-safe client for the Prometheus HTTP API at ``url``.
 
-    ``url`` (default ``config.url``) is the Prometheus base URL (``http://host:9090``, optionally with a path prefix
-    such as ``http://host/prom``); ``auto`` must be resolved first (:func:`otel_bridge.prometheus.connect.connect`).
-    Secrets are read from their environment variable or file now. Use it as a context manager or call
+    ``url`` is the Prometheus base URL (``http://host:9090``, optionally with a path prefix such as
+    ``http://host/prom``; see :func:`normalise_url`). ``transport`` says how requests go out (timeout, retries, body
+    cap, TLS, credentials); an answer with more than ``max_series`` series or about ``max_samples`` samples is refused,
+    and a query longer than ``post_threshold_bytes`` is sent as a form ``POST``. Use it as a context manager or call
     :meth:`close`. Credentials never appear in ``repr()``, error messages or log records.
     """
 
-    def __init__(self, config: PrometheusConfig, url: str | None = None, *, user_agent: str = "otel-bridge") -> None:
-        target = config.url if url is None else url
-        if target is None or target == AUTO:
-            raise ConfigError(
-                "no Prometheus URL to connect to: set prometheus.url to the Prometheus base URL (url: auto is "
-                "resolved by otel_bridge.prometheus.connect.connect)"
-            )
-        self.url: str = _normalise_url(target)
-        self._config = config
-        bearer_token = config.auth.bearer_token()
-        basic_auth = config.auth.basic_auth()
-        _check_credentials(bearer_token, basic_auth)
-        self._auth_kind = "bearer" if bearer_token else "basic" if basic_auth else "none"
-        verify, cert = tls_arguments(config.tls, "prometheus", f"Prometheus at {self.url}")
-        self._transport = Transport(
-            timeout_s=config.timeout_s,
-            retries=config.retries,
-            backoff_s=config.backoff_s,
-            max_response_bytes=config.max_response_bytes,
-            verify=verify,
-            cert=cert,
-            bearer_token=bearer_token,
-            basic_auth=basic_auth,
-            headers={"User-Agent": user_agent, "Accept": "application/json"},
-        )
+    def __init__(
+        self,
+        url: str,
+        transport: TransportOptions,
+        *,
+        max_series: int,
+        max_samples: int,
+        post_threshold_bytes: int,
+        user_agent: str = "otel-bridge",
+    ) -> None:
+        self.url: str = normalise_url(url)
+        check_credentials(transport.bearer_token, transport.basic_auth)
+        self._options = transport
+        self._max_series = max_series
+        self._max_samples = max_samples
+        self._post_threshold_bytes = post_threshold_bytes
+        self._transport = Transport(transport, headers={"User-Agent": user_agent, "Accept": "application/json"})
         self._closed = False
 
     def query(self, expr: str, *, time: float | None = None, timeout_s: float | None = None) -> QueryResult:
@@ -96,13 +88,13 @@ class PrometheusClient:
         data, warnings = self._call("/api/v1/query", params, timeout_s=timeout_s, expr=expr, allow_post=True)
         url = self.url + "/api/v1/query"
         result = data.get("result") if isinstance(data, dict) else None
-        if isinstance(result, list) and len(result) > self._config.max_series:
+        if isinstance(result, list) and len(result) > self._max_series:
             raise ResponseTooLargeError(
                 f"Prometheus at {url} returned {len(result)} series, more than prometheus.max_series="
-                f"{self._config.max_series}; narrow the query (labels, by) or raise prometheus.max_series; query: "
+                f"{self._max_series}; narrow the query (labels, by) or raise prometheus.max_series; query: "
                 f"{truncate(expr, QUERY_IN_MESSAGE)}",
                 url=url,
-                limit_bytes=self._config.max_response_bytes,
+                limit_bytes=self._options.max_response_bytes,
             )
         return parse_query_data(data, warnings, url)
 
@@ -171,11 +163,11 @@ class PrometheusClient:
         self.close()
 
     def __repr__(self) -> str:
-        tls = self._config.tls
-        verify = f"ca_file={tls.ca_file}" if tls.ca_file is not None else tls.verify
+        options = self._options
+        verify = f"ca_file={options.verify}" if isinstance(options.verify, str) else options.verify
         return (
-            f"PrometheusClient(url={self.url!r}, auth={self._auth_kind}, verify={verify}, "
-            f"timeout_s={self._config.timeout_s}, retries={self._config.retries})"
+            f"PrometheusClient(url={self.url!r}, auth={options.auth_kind}, verify={verify}, "
+            f"timeout_s={options.timeout_s}, retries={options.retries})"
         )
 
     def _call(
@@ -195,7 +187,7 @@ class PrometheusClient:
         url = self.url + path
         encoded = urlencode(params)
         try:
-            if allow_post and len(encoded) > self._config.post_threshold_bytes:
+            if allow_post and len(encoded) > self._post_threshold_bytes:
                 answer = self._transport.post_form(url, encoded, timeout_s=timeout_s)
             else:
                 answer = self._transport.get(f"{url}?{encoded}" if encoded else url, timeout_s=timeout_s)
@@ -205,14 +197,14 @@ class PrometheusClient:
         # before the JSON is decoded into objects ~30x its size ('[' inside label values can only add to the count).
         body = answer.body
         samples = body.count(b"[") - body.count(b'"values"') - 1 if 200 <= answer.status < 300 else 0
-        if samples > self._config.max_samples:
+        if samples > self._max_samples:
             query = f"; query: {truncate(expr, QUERY_IN_MESSAGE)}" if expr is not None else ""
             raise ResponseTooLargeError(
                 f"Prometheus at {url} returned about {samples} samples, more than prometheus.max_samples="
-                f"{self._config.max_samples}; narrow the query (labels, by, a shorter range) or raise "
+                f"{self._max_samples}; narrow the query (labels, by, a shorter range) or raise "
                 f"prometheus.max_samples{query}",
                 url=url,
-                limit_bytes=self._config.max_response_bytes,
+                limit_bytes=self._options.max_response_bytes,
             )
         return decode_envelope(answer, url, expr, self._transport.scrub)
 
@@ -226,7 +218,7 @@ class PrometheusClient:
                 url=url,
             )
         if exc.kind == "too_large":
-            limit = self._config.max_response_bytes
+            limit = self._options.max_response_bytes
             query = f"; query: {truncate(expr, QUERY_IN_MESSAGE)}" if expr is not None else ""
             return ResponseTooLargeError(
                 f"the response from Prometheus at {url} is larger than prometheus.max_response_bytes={limit} "
@@ -283,8 +275,9 @@ class PrometheusClient:
         return f"cannot reach Prometheus at {url} ({tries}): {exc.reason}; {hint}"
 
 
-def _normalise_url(url: str) -> str:
-    """``url`` checked (it may come from discovery or the command line, not the config) and without a final ``/``."""
+def normalise_url(url: str) -> str:
+    """``url`` checked (it may come from discovery or the command line, not the config) and without a final ``/``;
+    a :class:`ConfigError` naming ``prometheus.url`` otherwise."""
     if not isinstance(url, str):
         raise ConfigError(f"prometheus.url must be a string, got {type(url).__name__}")
     parts = urlsplit(url.strip())
@@ -318,8 +311,9 @@ def _is_finite_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def _check_credentials(bearer_token: str | None, basic_auth: tuple[str, str] | None) -> None:
-    """Secrets that cannot go into an HTTP header (the config checks where they come from, not what they hold)."""
+def check_credentials(bearer_token: str | None, basic_auth: tuple[str, str] | None) -> None:
+    """A :class:`ConfigError` for secrets that cannot go into an HTTP header (the config checks where they come from,
+    not what they hold)."""
     if bearer_token is not None and any(ord(c) < 0x20 or ord(c) == 0x7F for c in bearer_token):
         raise ConfigError(
             f"the bearer token (from {_BEARER_KEYS}) contains control characters; it must be one line of text"

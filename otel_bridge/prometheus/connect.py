@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from otel_bridge.config import AUTO, PrometheusConfig
 from otel_bridge.errors import ConfigError
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.http.credentials import tls_arguments
+from otel_bridge.http.transport import TransportOptions
+from otel_bridge.prometheus.client import PrometheusClient, check_credentials, normalise_url
 
 
 def connect(prom: PrometheusConfig, url: str | None = None) -> PrometheusClient:
@@ -23,4 +25,40 @@ def connect(prom: PrometheusConfig, url: str | None = None) -> PrometheusClient:
             url = resolve_prometheus_url(AUTO, ray_port=prom.ray_port).url
         else:
             url = prom.url
-    return PrometheusClient(prom, url)
+    return client_for(prom, url)
+
+
+def client_for(prom: PrometheusConfig, url: str | None = None, *, user_agent: str = "otel-bridge") -> PrometheusClient:
+    """A client for ``url`` (default ``prom.url``, which must be a URL: ``auto`` is resolved by :func:`connect`) with
+    the section's timeout, retries, caps, TLS and credentials; secrets are read from their environment variable or
+    file now. The URL, the credentials and the TLS files are checked in that order: the first problem is the
+    :class:`ConfigError`."""
+    target = prom.url if url is None else url
+    if target is None or target == AUTO:
+        raise ConfigError(
+            "no Prometheus URL to connect to: set prometheus.url to the Prometheus base URL (url: auto is "
+            "resolved by otel_bridge.prometheus.connect.connect)"
+        )
+    target = normalise_url(target)
+    bearer_token = prom.auth.bearer_token()
+    basic_auth = prom.auth.basic_auth()
+    check_credentials(bearer_token, basic_auth)
+    verify, cert = tls_arguments(prom.tls, "prometheus", f"Prometheus at {target}")
+    transport = TransportOptions(
+        timeout_s=prom.timeout_s,
+        max_response_bytes=prom.max_response_bytes,
+        retries=prom.retries,
+        backoff_s=prom.backoff_s,
+        verify=verify,
+        cert=cert,
+        bearer_token=bearer_token,
+        basic_auth=basic_auth,
+    )
+    return PrometheusClient(
+        target,
+        transport,
+        max_series=prom.max_series,
+        max_samples=prom.max_samples,
+        post_threshold_bytes=prom.post_threshold_bytes,
+        user_agent=user_agent,
+    )

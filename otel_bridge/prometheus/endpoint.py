@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from otel_bridge.errors import ScrapeError
-from otel_bridge.http.transport import Transport, TransportError
+from otel_bridge.http.transport import Transport, TransportError, TransportOptions
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
+ENDPOINT_DEFAULTS = TransportOptions(timeout_s=5.0, max_response_bytes=20_000_000)
+"""A scrape's deadline and body cap when none are given (``scrape.timeout_s`` and ``scrape.max_response_bytes``
+set them in a run), no retries, TLS verified, no credentials."""
 
 # What a failure of these kinds says, with the key or the place to fix.
 _FAILURES = {
@@ -20,30 +23,12 @@ _FAILURES = {
 
 class MetricsEndpoint:
     """A ``/metrics`` URL, read with a transport of its own (one connection pool per endpoint, no retries: the
-    next scrape is the retry). Each read, connect to last body byte, ends within ``timeout_s``. ``bearer_token`` or
-    ``basic_auth`` (``scrape.auth``) authenticate every request; they are never echoed."""
+    next scrape is the retry). Each read, connect to last body byte, ends within ``transport.timeout_s``; its
+    credentials (``scrape.auth``) authenticate every request and are never echoed."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        timeout_s: float = 5.0,
-        max_response_bytes: int = 20_000_000,
-        verify: bool | str = True,
-        cert: tuple[str, str] | str | None = None,
-        bearer_token: str | None = None,
-        basic_auth: tuple[str, str] | None = None,
-    ) -> None:
+    def __init__(self, url: str, transport: TransportOptions = ENDPOINT_DEFAULTS) -> None:
         self.url = url
-        self._transport = Transport(
-            timeout_s=timeout_s,
-            max_response_bytes=max_response_bytes,
-            verify=verify,
-            cert=cert,
-            bearer_token=bearer_token,
-            basic_auth=basic_auth,
-            headers={"Accept": ACCEPT, "User-Agent": "otel-bridge"},
-        )
+        self._transport = Transport(transport, headers={"Accept": ACCEPT, "User-Agent": "otel-bridge"})
 
     def __repr__(self) -> str:
         return f"MetricsEndpoint({self.url!r})"

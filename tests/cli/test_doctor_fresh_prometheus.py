@@ -18,7 +18,7 @@ import pytest
 
 from otel_bridge.cli.doctor_prometheus import POLL_S, STARTUP_S, PrometheusChecks, settled_targets
 from otel_bridge.config import PrometheusConfig
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import client_for
 from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
 from tests.conftest import Replica
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
@@ -79,7 +79,7 @@ def prometheus_answering(answers: Iterator[list[dict[str, Any]]], started_s_ago:
 
 def check_targets(server: ScriptedHTTPServer) -> tuple[dict[str, Any], float]:
     checks = PrometheusChecks(None)
-    client = PrometheusClient(PrometheusConfig(url=server.url, retries=0), server.url)
+    client = client_for(PrometheusConfig(url=server.url, retries=0), server.url)
     started = time.monotonic()
     try:
         checks.check_prometheus_targets(client)
@@ -139,7 +139,7 @@ def test_the_wait_for_a_fresh_prometheus_is_bounded_even_when_its_clock_runs_ahe
         now[0] += seconds
 
     with prometheus_answering(iter([[]]), started_s_ago=-3600.0) as server:
-        client = PrometheusClient(PrometheusConfig(url=server.url, retries=0), server.url)
+        client = client_for(PrometheusConfig(url=server.url, retries=0), server.url)
         try:
             assert settled_targets(client, clock=lambda: now[0], sleep=sleep) == []
         finally:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pytest
 from opentelemetry.sdk.metrics.export import Metric, NumberDataPoint
 
+from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.window import StepWindow
@@ -38,7 +39,13 @@ def delta_of(metrics: Sequence[Metric]) -> float:
 
 def test_a_late_boundary_never_reads_as_a_restart(replicas: list[Replica]) -> None:
     replica = replicas[0]
-    producer = ScrapeProducer([replica.url], [QUERY], sample_interval_s=0.02, timeout_s=2, produce_timeout_s=5)
+    producer = ScrapeProducer(
+        [replica.url],
+        [QUERY],
+        sample_interval_s=0.02,
+        transport=TransportOptions(timeout_s=2, max_response_bytes=20_000_000),
+        produce_timeout_s=5,
+    )
     stop = threading.Event()
 
     def traffic() -> None:

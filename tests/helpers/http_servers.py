@@ -8,7 +8,7 @@ body. Use it wherever a test needs a real socket instead of a mock::
     from tests.helpers.http_servers import ScriptedHTTPServer, json_response, prom_vector, sequence
 
     with ScriptedHTTPServer(lambda req: prom_vector([({"job": "vllm"}, 1.0)])) as server:
-        client = PrometheusClient(PrometheusConfig(), server.url)
+        client = client_for(PrometheusConfig(), server.url)
         ...
         assert server.requests[0].path == "/api/v1/query"
 
@@ -25,7 +25,7 @@ starts with ``https://``. :func:`make_self_signed_cert` (needs the ``openssl`` c
 
     files = make_self_signed_cert(tmp_path)
     with ScriptedHTTPServer(handler, ssl_context=server_ssl_context(files)) as server:
-        PrometheusClient(PrometheusConfig(tls={"ca_file": files.cert}), server.url)
+        client_for(PrometheusConfig(tls={"ca_file": files.cert}), server.url)
 """
 
 from __future__ import annotations

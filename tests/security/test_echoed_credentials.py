@@ -16,7 +16,7 @@ import pytest
 
 from otel_bridge import BridgeConfig
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import client_for
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, json_response
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,7 @@ def test_no_echo_path_leaks_the_credential(
         config = BridgeConfig.from_dict(
             {"prometheus": {"url": f"http://127.0.0.1:{server.port}", "retries": 0, "auth": auth}}
         )
-        with PrometheusClient(config.prometheus) as client:
+        with client_for(config.prometheus) as client:
             try:
                 result = client.query("up")
                 texts.append(repr(result))

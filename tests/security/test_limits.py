@@ -13,7 +13,7 @@ import requests
 
 from otel_bridge import Bridge, BridgeConfig, ConfigError, ResponseTooLargeError
 from otel_bridge.config import PrometheusConfig
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import client_for
 from tests.conftest import Replica
 from tests.helpers.http_servers import (
     RecordedRequest,
@@ -90,11 +90,11 @@ def test_series_count_cap(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_series_count_cap_against_real_prometheus(replicas: list[Replica], prometheus: PrometheusServer) -> None:
     with (
-        PrometheusClient(PrometheusConfig(max_series=1), prometheus.url) as client,
+        client_for(PrometheusConfig(max_series=1), prometheus.url) as client,
         pytest.raises(ResponseTooLargeError),
     ):
         client.query("vllm:num_requests_running")
-    with PrometheusClient(PrometheusConfig(max_series=2), prometheus.url) as client:
+    with client_for(PrometheusConfig(max_series=2), prometheus.url) as client:
         assert len(client.query("vllm:num_requests_running").series) == 2
 
 

@@ -10,6 +10,7 @@ import pytest
 from otel_bridge import BridgeConfig
 from otel_bridge.errors import ResponseTooLargeError
 from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import client_for
 from tests.helpers.http_servers import Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -23,7 +24,7 @@ def matrix(series: int, samples_per_series: int) -> bytes:
 
 def client(port: int, **caps: int) -> PrometheusClient:
     config = BridgeConfig.from_dict({"prometheus": {"url": f"http://127.0.0.1:{port}", "retries": 0, **caps}})
-    return PrometheusClient(config.prometheus)
+    return client_for(config.prometheus)
 
 
 def serve(body: bytes) -> ScriptedHTTPServer:

@@ -121,6 +121,7 @@ def test_a_rollout_server_registered_with_credentials_is_refused_without_echo(tm
 def test_a_discovered_target_with_credentials_is_not_scraped_nor_echoed(caplog: pytest.LogCaptureFixture) -> None:
     """A target that reaches the scrape producer at run time as ``user:pw@host:port`` (a discovery source that
     does not check) is refused by host only; the healthy target is scraped as before."""
+    from otel_bridge.http.transport import TransportOptions
     from otel_bridge.producers.metric_set import resolve_metrics
     from otel_bridge.producers.scrape import ScrapeProducer
 
@@ -128,7 +129,12 @@ def test_a_discovered_target_with_credentials_is_not_scraped_nor_echoed(caplog: 
     healthy = GuardedMetrics(None)
     queries = resolve_metrics(BridgeConfig.from_dict({"metrics": METRICS}).metrics)
     leaky = f"http://{USER}:{PASSWORD}@127.0.0.1:{healthy.server.port + 1}/metrics"
-    producer = ScrapeProducer([f"127.0.0.1:{healthy.server.port}"], queries, sample_interval_s=0, timeout_s=2)
+    producer = ScrapeProducer(
+        [f"127.0.0.1:{healthy.server.port}"],
+        queries,
+        sample_interval_s=0,
+        transport=TransportOptions(timeout_s=2, max_response_bytes=20_000_000),
+    )
     try:
         producer.start()
         producer.set_targets([f"127.0.0.1:{healthy.server.port}", leaky])

@@ -19,7 +19,7 @@ import pytest
 
 from otel_bridge import Bridge, BridgeConfig, ConfigError
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.connect import client_for
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 TOKEN = "tok-3f9a-SECRET-bearer"
@@ -102,7 +102,7 @@ def test_secrets_never_leak_when_requests_fail(
         with pytest.raises(OtelBridgeError) as caught:
             Bridge.from_config(loaded)
         texts += exception_texts(caught.value)
-        client = PrometheusClient(loaded.prometheus, echo_server.url)
+        client = client_for(loaded.prometheus, echo_server.url)
         texts.append(repr(client))
         with client, pytest.raises(OtelBridgeError) as caught_client:
             client.query("up")

@@ -14,7 +14,8 @@ import pytest
 from otel_bridge.config import PrometheusConfig
 from otel_bridge.errors import PrometheusUnreachableError, ScrapeError
 from otel_bridge.http.attempt_deadline import GRACE_S
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.http.transport import TransportOptions
+from otel_bridge.prometheus.connect import client_for
 from otel_bridge.prometheus.endpoint import MetricsEndpoint
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_vector, sequence
 
@@ -41,7 +42,7 @@ def test_a_trickling_prometheus_is_cut_at_the_deadline_and_the_client_recovers(
     answer = prom_vector([({"job": "vllm"}, 1.0)])
     server = ScriptedHTTPServer(sequence(trickling(answer.body), answer))
     server_for.append(server)
-    with PrometheusClient(PrometheusConfig(timeout_s=TIMEOUT_S, retries=0), server.url) as client:
+    with client_for(PrometheusConfig(timeout_s=TIMEOUT_S, retries=0), server.url) as client:
         started = time.monotonic()
         with pytest.raises(PrometheusUnreachableError) as caught:
             client.query("up")
@@ -61,7 +62,7 @@ def test_each_retry_gets_a_fresh_deadline(server_for: list[ScriptedHTTPServer]) 
     server = ScriptedHTTPServer(lambda _request: Response(body=b"x" * 100, trickle_s=1.0))
     server_for.append(server)
     config = PrometheusConfig(timeout_s=timeout_s, retries=1, backoff_s=0.01)
-    with PrometheusClient(config, server.url) as client:
+    with client_for(config, server.url) as client:
         started = time.monotonic()
         with pytest.raises(PrometheusUnreachableError, match=r"\(2 attempts\): no complete answer within 1.5s"):
             client.query("up")
@@ -73,7 +74,9 @@ def test_each_retry_gets_a_fresh_deadline(server_for: list[ScriptedHTTPServer]) 
 def test_a_metrics_endpoint_trickling_its_body_is_cut_at_the_deadline(server_for: list[ScriptedHTTPServer]) -> None:
     server = ScriptedHTTPServer(lambda _request: trickling(b"vllm:num_requests_running 1\n" * 10, body_only=True))
     server_for.append(server)
-    endpoint = MetricsEndpoint(f"{server.url}/metrics", timeout_s=TIMEOUT_S)
+    endpoint = MetricsEndpoint(
+        f"{server.url}/metrics", TransportOptions(timeout_s=TIMEOUT_S, max_response_bytes=20_000_000)
+    )
     try:
         started = time.monotonic()
         with pytest.raises(ScrapeError) as caught:
@@ -90,7 +93,9 @@ def test_a_slow_answer_that_finishes_in_time_is_read_whole(server_for: list[Scri
     body = b"vllm:num_requests_running 7\n"
     server = ScriptedHTTPServer(lambda _request: Response(body=body, trickle_s=0.02, trickle_body_only=True))
     server_for.append(server)
-    endpoint = MetricsEndpoint(f"{server.url}/metrics", timeout_s=TIMEOUT_S)
+    endpoint = MetricsEndpoint(
+        f"{server.url}/metrics", TransportOptions(timeout_s=TIMEOUT_S, max_response_bytes=20_000_000)
+    )
     try:
         assert endpoint.fetch() == body.decode()
     finally:
@@ -107,7 +112,7 @@ def test_a_finished_request_leaves_its_pooled_connection_alone(server_for: list[
 
     server = ScriptedHTTPServer(handler)
     server_for.append(server)
-    with PrometheusClient(PrometheusConfig(timeout_s=timeout_s, retries=0), server.url) as client:
+    with client_for(PrometheusConfig(timeout_s=timeout_s, retries=0), server.url) as client:
         client.query("first")
         time.sleep(timeout_s + GRACE_S - 0.2)  # the first deadline's watchdog fires during the second query
         assert client.query("second").series[0].samples[0][1] == 2.0

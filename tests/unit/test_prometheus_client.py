@@ -24,6 +24,7 @@ from otel_bridge.errors import (
     ResponseTooLargeError,
 )
 from otel_bridge.prometheus.client import PrometheusClient, PromSeries, QueryResult
+from otel_bridge.prometheus.connect import client_for
 from tests.helpers.http_servers import (
     DEFAULT_TS,
     Handler,
@@ -98,7 +99,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[ClientFn]:
     def build(url: str, *, user_agent: str = "otel-bridge", **kwargs: Any) -> PrometheusClient:
         options: dict[str, Any] = {"timeout_s": 2.0, "retries": 2, "backoff_s": 0.01}
         options.update(kwargs)
-        made = PrometheusClient(prometheus_config(monkeypatch, **options), url, user_agent=user_agent)
+        made = client_for(prometheus_config(monkeypatch, **options), url, user_agent=user_agent)
         clients.append(made)
         return made
 
@@ -501,7 +502,7 @@ def test_one_client_serves_several_threads_at_once(serve: ServeFn, client: Clien
 
 def test_closed_client_refuses_queries(serve: ServeFn) -> None:
     server = serve(always(prom_vector([])))
-    with PrometheusClient(PrometheusConfig(), server.url) as prom:
+    with client_for(PrometheusConfig(), server.url) as prom:
         prom.query("up")
     with pytest.raises(PrometheusError, match="is closed; create a new one"):
         prom.query("up")
@@ -588,19 +589,19 @@ def test_redirect_loop_is_reported(serve: ServeFn, client: ClientFn) -> None:
 )
 def test_non_http_url_is_rejected(url: str) -> None:
     with pytest.raises(ConfigError, match=r"prometheus.url must start with http:// or https://"):
-        PrometheusClient(PrometheusConfig(), url)
+        client_for(PrometheusConfig(), url)
 
 
 def test_credentials_in_url_are_rejected_without_echoing_them() -> None:
     with pytest.raises(ConfigError) as caught:
-        PrometheusClient(PrometheusConfig(), f"http://alice:{PASSWORD}@prometheus:9090")
+        client_for(PrometheusConfig(), f"http://alice:{PASSWORD}@prometheus:9090")
     assert "prometheus.auth.username with prometheus.auth.password_env" in str(caught.value)
     assert PASSWORD not in str(caught.value)
 
 
 def test_auto_url_needs_resolving_first() -> None:
     with pytest.raises(ConfigError, match="connect"):
-        PrometheusClient(PrometheusConfig(url="auto"))
+        client_for(PrometheusConfig(url="auto"))
 
 
 @pytest.mark.parametrize(
@@ -633,14 +634,14 @@ def test_settings_the_client_cannot_use_are_rejected(
     monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
-        PrometheusClient(prometheus_config(monkeypatch, **kwargs), "http://127.0.0.1:9090")
+        client_for(prometheus_config(monkeypatch, **kwargs), "http://127.0.0.1:9090")
     assert TOKEN not in str(caught.value)
     assert PASSWORD not in str(caught.value)
 
 
 def test_query_time_must_be_finite() -> None:
     with (
-        PrometheusClient(PrometheusConfig(), "http://127.0.0.1:9090") as prom,
+        client_for(PrometheusConfig(), "http://127.0.0.1:9090") as prom,
         pytest.raises(ConfigError, match="finite"),
     ):
         prom.query("up", time=float("inf"))

@@ -24,8 +24,9 @@ Truth, per window ``(start, end]`` and configured statistic (no ``by`` labels: o
 generated values: a counter's delta is the sum over its series of the reset-aware increase from the last sample at or
 before ``start`` to the last sample at or before ``end`` (an increase below the previous value counts the new value);
 histogram statistics come from the summed bucket/``_sum``/``_count`` increases (quantiles with Prometheus'
-``histogram_quantile`` algorithm, bounded by what ``_sum`` proves: :func:`otel_bridge.window.histogram_statistic`); a
-gauge's statistic is taken over each replica's samples inside the window, then combined with the preset's aggregation.
+``histogram_quantile`` algorithm, bounded by what ``_sum`` proves:
+:func:`otel_bridge.producers.statistics.histogram_statistic`); a gauge's statistic is taken over each replica's samples
+inside the window, then combined with the preset's aggregation.
 
 ``python -m bench.backfill --replicas 64 --out DIR`` generates one data set by hand.
 """
@@ -327,7 +328,7 @@ def truth(
     itself (e.g. the recording rules' evaluations that stand for its boundaries); gauges keep the window.
     """
     from otel_bridge.producers.presets import PRESETS
-    from otel_bridge.window import histogram_statistic
+    from otel_bridge.producers.statistics import histogram_statistic
 
     index_of = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(series)}
     names = {i: s.name for i, s in enumerate(series)}

@@ -8,7 +8,7 @@ rewrite to server-side aggregation), so that it can still be measured after the 
    (``sum (max_over_time(x[<window>]))``), each tagged with a label ``otel_bridge_q`` naming the query and statistic;
 2. one range-selector query ``{__name__=~"a|b|..."}[<window + 2 x scrape interval>]`` returning the raw samples of
    every counter and histogram series, of every replica, from which the exact reset-aware statistics are computed
-   client-side (:func:`otel_bridge.producers.aggregate.compute_stats`).
+   client-side (:func:`otel_bridge.producers.statistics.compute_stats`).
 
 Two requests per step, but the second answer grows with replicas x series x samples: at 1,024 vLLM replicas it holds
 over 100,000 series (the client's default ``max_series``). Raw PromQL queries (``promql:``) and start-up checks are
@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from otel_bridge.producers.aggregate import RawSeries, StatPoint, compute_stats
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.statistics import RawSeries, StatPoint, compute_stats
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.window import StepWindow
 

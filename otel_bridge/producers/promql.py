@@ -40,15 +40,7 @@ from otel_bridge.health import (
     UNREAD,
     Health,
 )
-from otel_bridge.producers.aggregate import (
-    Increases,
-    RawSeries,
-    merge_increases,
-    stats_from_increases,
-    window_increases,
-)
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.points import missing_warning, to_metric
 from otel_bridge.producers.promql_checks import check_expressions, resolve_kind
 from otel_bridge.producers.promql_plan import (
     REREAD_LOOKBACK_S,
@@ -67,6 +59,15 @@ from otel_bridge.producers.promql_targets import (
     target_key,
 )
 from otel_bridge.producers.scrape_process import Scraper
+from otel_bridge.producers.statistics import (
+    Increases,
+    RawSeries,
+    merge_increases,
+    missing_warning,
+    stats_from_increases,
+    to_metric,
+    window_increases,
+)
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient, QueryResult
 from otel_bridge.ratelimit import RateLimitedLogger

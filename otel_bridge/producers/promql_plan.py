@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from otel_bridge.producers.aggregate import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql_rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
+from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import QueryResult
 from otel_bridge.window import StepWindow

@@ -34,9 +34,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from otel_bridge.producers.aggregate import RawSeries
+from otel_bridge.producers.statistics import RawSeries, Sample
 from otel_bridge.prometheus.exposition import ExpositionFamily
-from otel_bridge.window import Sample, StepWindow
+from otel_bridge.window import StepWindow
 
 Families = dict[str, ExpositionFamily]
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]

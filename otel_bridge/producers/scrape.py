@@ -6,7 +6,7 @@ and its answer came (:mod:`otel_bridge.producers.readings`), and one reading of 
 the first one sent at or after it (the run's first boundary: the last one answered before it). A window ``(start,
 end]`` takes its baseline from the reading standing for ``start`` and its last sample from the one standing for
 ``end``, like Prometheus' samples, and computes its statistics with the same code as the PromQL path
-(:mod:`otel_bridge.producers.aggregate`). Every series gets an ``instance`` label (``host:port`` of its target), as
+(:mod:`otel_bridge.producers.statistics`). Every series gets an ``instance`` label (``host:port`` of its target), as
 Prometheus adds, so replicas with identical labels stay apart.
 
 Targets answer on their own: a round never waits for its slowest target, a target's scrapes never overlap, and a
@@ -33,9 +33,7 @@ from opentelemetry.sdk.metrics.export import Metric
 from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, TARGETS_UNREAD, UNREAD, Health
 from otel_bridge.http.transport import TransportOptions
-from otel_bridge.producers.aggregate import compute_stats
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.points import missing_warning, to_metric
 from otel_bridge.producers.readings import (
     Families,
     RawKey,
@@ -46,6 +44,7 @@ from otel_bridge.producers.readings import (
     process_start,
     window_readings,
 )
+from otel_bridge.producers.statistics import compute_stats, missing_warning, to_metric
 from otel_bridge.prometheus.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger

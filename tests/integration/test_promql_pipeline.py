@@ -18,8 +18,8 @@ import requests
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge import Bridge
+from otel_bridge.producers.statistics import quantile_bounds
 from otel_bridge.prometheus.promql import duration
-from otel_bridge.window import quantile_bounds
 from tests.conftest import Replica
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 from tests.helpers.metric_sets import TWENTY_METRICS

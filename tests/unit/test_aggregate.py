@@ -7,9 +7,9 @@ import math
 import pytest
 
 from otel_bridge.config import MetricConfig
-from otel_bridge.producers.aggregate import RawSeries, StatPoint, compute_stats, group_of
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.window import StepWindow, histogram_quantile
+from otel_bridge.producers.statistics import RawSeries, StatPoint, compute_stats, group_of, histogram_quantile
+from otel_bridge.window import StepWindow
 
 W = StepWindow(step=3, start=10.0, end=20.0)
 FIRST = StepWindow(step=0, start=None, end=20.0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from otel_bridge.config import MetricConfig
-from otel_bridge.producers.aggregate import RawSeries
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql_plan import TAG_LABEL, WindowAnswer, WindowPlan
 from otel_bridge.producers.promql_rules import (
@@ -18,6 +17,7 @@ from otel_bridge.producers.promql_rules import (
     rules_document,
     rules_for,
 )
+from otel_bridge.producers.statistics import RawSeries
 from otel_bridge.prometheus.client import PromSeries, QueryResult
 from otel_bridge.window import StepWindow
 

@@ -9,20 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_bridge.window import (
-    DEFAULT_STATS,
-    StepWindow,
-    allowed_stats,
+from otel_bridge.producers.statistics import (
     baseline,
     counter_increase,
     gauge_statistic,
     histogram_quantile,
     histogram_statistic,
     in_window,
-    is_valid_stat,
     quantile_bounds,
-    quantile_of,
 )
+from otel_bridge.window import DEFAULT_STATS, StepWindow, allowed_stats, is_valid_stat, quantile_of
 
 INF = math.inf
 NAN = math.nan

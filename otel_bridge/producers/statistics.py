@@ -1,0 +1,486 @@
+"""Window statistics: all the math from samples to one step's statistic points, for both producers.
+
+Samples are ``(unix_seconds, value)`` pairs in time order. The same functions serve both producers: the PromQL path
+feeds them raw samples from Prometheus' range selectors (and the increases Prometheus summed), the scrape path its
+own boundary and in-step readings, so the two paths compute identical numbers from identical samples. The statistics
+a metric kind takes are named in :mod:`otel_bridge.window`.
+
+- **One series over a window**: a counter's increase (exact, reset-aware: :func:`counter_increase`), a gauge's
+  last/min/max/mean of the samples inside it (:func:`gauge_statistic`), a histogram's statistics from its per-bucket
+  increases (:func:`histogram_statistic`: Prometheus' ``histogram_quantile`` estimate bounded by what the buckets and
+  ``_sum`` prove, :func:`quantile_bounds`).
+- **Across series** (replicas): counters and histograms are combined *before* the window statistic: the per-series
+  increases are summed per group (``by`` labels), then turned into delta/rate or quantiles. Gauges get their
+  statistic per series, then are combined across series with the configured aggregation (``sum``/``mean``/``max``/
+  ``min``) (:func:`compute_stats`).
+- **Into a record**: a query's points become one OpenTelemetry ``Metric`` (:func:`to_metric`); a configured metric
+  that matched nothing is reported by name (:func:`missing_warning`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from opentelemetry.sdk.metrics.export import Metric
+
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
+from otel_bridge.window import GAUGE_STATS, StepWindow, allowed_stats, quantile_of
+
+Sample = tuple[float, float]
+"""One sample: ``(unix seconds, value)``."""
+
+
+def in_window(samples: Sequence[Sample], window: StepWindow) -> list[Sample]:
+    """The samples with ``start < t <= end`` (all samples up to ``end`` when the window has no start)."""
+    if window.start is None:
+        return [s for s in samples if s[0] <= window.end]
+    start = window.start
+    return [s for s in samples if start < s[0] <= window.end]
+
+
+def baseline(samples: Sequence[Sample], window: StepWindow) -> Sample | None:
+    """The last sample at or before the window's start, or ``None``."""
+    index = _baseline_index(samples, window)
+    return None if index is None else samples[index]
+
+
+def _baseline_index(samples: Sequence[Sample], window: StepWindow) -> int | None:
+    if window.start is None:
+        return None
+    found: int | None = None
+    for index, sample in enumerate(samples):
+        if sample[0] <= window.start:
+            if not math.isnan(sample[1]):
+                found = index
+        else:
+            break
+    return found
+
+
+def counter_increase(
+    samples: Sequence[Sample], window: StepWindow, starts: Sequence[float | None] | None = None
+) -> float | None:
+    """Increase of a counter during the window, exact and reset-aware.
+
+    Sums the increments between consecutive samples from the baseline (last sample at or before ``start``) to the last
+    sample inside the window. A new process counted from zero: its first value is its increment. A new process is told
+    by its start time where ``starts`` gives one per sample (the target's ``process_start_time_seconds``: it changed),
+    and always by a value lower than its predecessor. A series without a baseline sample contributes what it counted
+    after its first sample, or everything it counted when its process started inside the window. ``None`` when the
+    window has no start or the series has no sample in or before the window. NaN samples are skipped; a negative
+    sample is read as zero (a reset), never as a negative increase.
+    """
+    if window.start is None:
+        return None
+    base = _baseline_index(samples, window)
+    chosen = [i for i, (t, _) in enumerate(samples) if window.start < t <= window.end]
+    if base is not None:
+        chosen.insert(0, base)
+    # A counter is never negative: a sample below zero (a broken exporter) counts as a reset to zero.
+    points = [(max(samples[i][1], 0.0), starts[i] if starts else None) for i in chosen if not math.isnan(samples[i][1])]
+    if not points:
+        return None
+    total = 0.0
+    first_start = points[0][1]
+    if base is None and first_start is not None and first_start > window.start:
+        total = points[0][0]  # its process began inside the window: everything it counted is the window's
+    for (previous, previous_start), (current, current_start) in itertools.pairwise(points):
+        restarted = previous_start is not None and current_start is not None and current_start != previous_start
+        total += current if restarted or current < previous else current - previous
+    return total
+
+
+def gauge_statistic(stat: str, samples: Sequence[Sample], window: StepWindow) -> float | None:
+    """``last``/``min``/``max``/``mean`` of the gauge samples inside the window; ``None`` when there are none.
+
+    NaN is handled as Prometheus' ``*_over_time`` functions do, so both paths agree: ``last`` is the last sample even
+    if NaN; ``min``/``max`` ignore NaN samples unless all are NaN; ``mean`` is NaN when any sample is.
+    """
+    values = [v for _, v in in_window(samples, window)]
+    if not values:
+        return None
+    if stat == "last":
+        return values[-1]
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return math.nan
+    if stat == "min":
+        return min(finite)
+    if stat == "max":
+        return max(finite)
+    if stat == "mean":
+        return math.nan if len(finite) < len(values) else math.fsum(finite) / len(finite)
+    raise ValueError(f"unknown gauge statistic {stat!r}; allowed: {', '.join(GAUGE_STATS)}")
+
+
+def _cumulative_buckets(buckets: Iterable[tuple[float, float]]) -> tuple[list[tuple[float, float]], bool] | None:
+    """``(upper_bound, cumulative_count)`` pairs merged by bound, sorted and made monotonic as Prometheus does.
+
+    The flag says whether a count had to be raised to its predecessor's (a histogram that is not cumulative).
+    ``None`` without a ``+Inf`` bucket or with fewer than two buckets.
+    """
+    merged: dict[float, float] = {}
+    for upper, count in buckets:
+        merged[upper] = merged.get(upper, 0.0) + count
+    ordered = sorted(merged.items())
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
+        return None
+    monotonic: list[tuple[float, float]] = []
+    running_max = -math.inf
+    for upper, count in ordered:
+        running_max = max(running_max, count)
+        monotonic.append((upper, running_max))
+    repaired = any(count != fixed for (_, count), (_, fixed) in zip(ordered, monotonic, strict=True))
+    return monotonic, repaired
+
+
+def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
+    """Prometheus' ``histogram_quantile`` over ``(upper_bound, cumulative_count)`` buckets.
+
+    Follows Prometheus' algorithm exactly (linear interpolation inside the bucket, the lowest bucket starting at 0, the
+    ``+Inf`` bucket answered with the highest finite bound, non-monotonic counts repaired), so the scrape path and the
+    PromQL path agree with ``histogram_quantile`` evaluated by Prometheus. Returns NaN when there are no observations,
+    no ``+Inf`` bucket or fewer than two buckets. :func:`histogram_statistic` bounds this estimate with
+    :func:`quantile_bounds`.
+    """
+    if math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    prepared = _cumulative_buckets(buckets)
+    if prepared is None:
+        return math.nan
+    monotonic = prepared[0]
+    observations = monotonic[-1][1]
+    if observations == 0 or math.isnan(observations):
+        return math.nan
+    rank = q * observations
+    index = next((i for i, (_, count) in enumerate(monotonic[:-1]) if count >= rank), len(monotonic) - 1)
+    if index == len(monotonic) - 1:
+        return monotonic[-2][0]
+    if index == 0 and monotonic[0][0] <= 0:
+        return monotonic[0][0]
+    bucket_start = 0.0
+    bucket_end, count = monotonic[index]
+    if index > 0:
+        bucket_start = monotonic[index - 1][0]
+        count -= monotonic[index - 1][1]
+        rank -= monotonic[index - 1][1]
+    if count == 0:
+        return math.nan
+    return bucket_start + (bucket_end - bucket_start) * (rank / count)
+
+
+# Relative slack for float rounding in ``_sum`` (the exporter adds observations one by one in binary floating point).
+_SUM_SLACK: Final = 1e-9
+
+
+def quantile_bounds(
+    q: float, buckets: Iterable[tuple[float, float]], total: float | None
+) -> tuple[float, float] | None:
+    """The interval ``[lower, upper]`` the q-quantile must lie in, proven by the ``buckets`` and ``_sum`` (``total``).
+
+    **Setting.** The histogram counts ``n`` observations ``x(1) <= ... <= x(n)`` (``n`` = the ``+Inf`` bucket's count)
+    whose sum is ``S`` (``total``). Bucket ``j`` holds the observations in ``(b[j-1], b[j]]``, with ``b[-1] = 0``:
+    observations are taken as non-negative, the assumption Prometheus' interpolation makes for the lowest bucket
+    (latencies, token counts). The q-quantile is the order statistic ``x(k)``, ``k = max(1, ceil(q*n))`` with ``q*n``
+    computed as Prometheus computes its rank, so ``x(k)`` lies in the bucket ``histogram_quantile`` interpolates in:
+    the first bucket ``j`` whose cumulative count ``C(j) >= k``. Its ranks are ``C(j-1)+1 .. C(j)``; the cumulative
+    counts place every other rank ``i`` in its bucket too, so ``lo(i) <= x(i) <= hi(i)`` with ``lo(i)``, ``hi(i)``
+    the bounds of that bucket (``hi(i) = inf`` in the ``+Inf`` bucket).
+
+    **Upper bound.** The ``a = C(j) - k + 1`` observations ranked ``k .. C(j)`` are each ``>= x(k)``; every other
+    observation ``i`` is ``>= lo(i)``. Adding the ``n`` inequalities: ``S >= a * x(k) + sum_{other i} lo(i)``, so::
+
+        x(k) <= (S - sum_{i outside k..C(j)} lo(i)) / (C(j) - k + 1).
+
+    **Lower bound.** The ``c = k - C(j-1)`` observations ranked ``C(j-1)+1 .. k`` are each ``<= x(k)``; every other
+    observation ``i`` is ``<= hi(i)``. So ``S <= c * x(k) + sum_{other i} hi(i)``::
+
+        x(k) >= (S - sum_{i outside C(j-1)+1..k} hi(i)) / (k - C(j-1)),
+
+    which says nothing when one of those other observations is in the ``+Inf`` bucket. (Bounding the observations
+    of other buckets by ``x(k)`` as well gains nothing: they lie wholly above or below ``x(k)``'s bucket, and the
+    interval is intersected with that bucket, ``lo(k) <= x(k) <= hi(k)``.)
+
+    **Example** (vLLM's ``request_queue_time_seconds``, lowest bucket ``le=0.3``): 200 requests all under 0.3 s with
+    ``S = 0.002`` s (mean 1e-5 s). Prometheus' p99 is ``0.3 * 0.99 = 0.297`` s. Here ``k = 198``, the 3 observations
+    ranked 198..200 are each ``>= p99`` and the others ``>= 0``, so ``p99 <= 0.002 / 3 = 6.7e-4`` s; the p50
+    (``k = 100``) is at most ``0.002 / 101 = 2.0e-5`` s.
+
+    ``None`` when nothing is proven this way: ``q`` not in ``(0, 1)``, no observations, fewer than two buckets or no
+    ``+Inf`` bucket, counts that are not whole numbers or not cumulative, a lowest bound ``<= 0`` (the histogram
+    expects observations that are not positive), no finite ``S``, or an ``S`` outside ``[sum lo(i), sum hi(i)]``
+    (``_sum`` and the buckets then describe different observations, and neither is trusted over the other).
+    """
+    if total is None or not math.isfinite(total) or not 0.0 < q < 1.0:
+        return None
+    prepared = _cumulative_buckets(buckets)
+    if prepared is None or prepared[1]:
+        return None
+    cumulative = [count for _, count in prepared[0]]
+    highs = [upper for upper, _ in prepared[0]]
+    lows = [0.0, *highs[:-1]]
+    counts = [cumulative[0], *(b - a for a, b in itertools.pairwise(cumulative))]
+    n = cumulative[-1]
+    if highs[0] <= 0 or n <= 0 or any(c != math.floor(c) for c in counts):
+        return None
+    all_lows = math.fsum(c * lo for c, lo in zip(counts, lows, strict=True))
+    all_highs = math.fsum(c * hi for c, hi in zip(counts, highs, strict=True) if c)
+    if total < all_lows * (1 - _SUM_SLACK) or total > all_highs * (1 + _SUM_SLACK):
+        return None
+    k = max(1.0, float(math.ceil(q * n)))
+    j = next(index for index, count in enumerate(cumulative) if count >= k)
+    before = cumulative[j - 1] if j else 0.0
+    at_or_above = cumulative[j] - k + 1  # ranks k .. C(j)
+    at_or_below = k - before  # ranks C(j-1)+1 .. k
+    upper = min(highs[j], (total - (all_lows - at_or_above * lows[j])) / at_or_above)
+    above = cumulative[j] - k  # ranks k+1 .. C(j)
+    others_high = math.fsum(
+        [
+            *(c * hi for i, (c, hi) in enumerate(zip(counts, highs, strict=True)) if c and i != j),
+            above * highs[j] if above else 0.0,
+        ]
+    )
+    lower = lows[j] if math.isinf(others_high) else max(lows[j], (total - others_high) / at_or_below)
+    return min(lower, upper), upper  # min: float rounding only, the sum check proves lower <= upper
+
+
+def histogram_statistic(
+    stat: str,
+    bucket_deltas: Iterable[tuple[float, float]],
+    sum_delta: float | None,
+    count_delta: float | None,
+) -> float | None:
+    """A histogram statistic from the increases of its buckets, ``_sum`` and ``_count`` during the window.
+
+    ``count`` is the number of observations made during the window, ``sum`` their total, ``mean`` their average
+    (NaN when there were none), ``pNN`` the quantile (NaN when there were none): Prometheus' ``histogram_quantile``
+    estimate, moved into the interval :func:`quantile_bounds` proves from the buckets and ``_sum`` when it lies
+    outside (then it is that interval's nearest end, e.g. the largest value the quantile can have). The bound is not
+    applied when ``_count`` and the ``+Inf`` bucket disagree (they do not count the same observations).
+    """
+    if stat == "count":
+        return count_delta
+    if stat == "sum":
+        return sum_delta
+    if stat == "mean":
+        if sum_delta is None or count_delta is None:
+            return None
+        return sum_delta / count_delta if count_delta > 0 else math.nan
+    q = quantile_of(stat)
+    if q is None:
+        raise ValueError(f"unknown histogram statistic {stat!r}; allowed: {allowed_stats('histogram')}")
+    buckets = list(bucket_deltas)
+    estimate = histogram_quantile(q, buckets)
+    if math.isnan(estimate):
+        return estimate
+    observations = math.fsum(count for upper, count in buckets if upper == math.inf)
+    if count_delta is not None and observations != count_delta:
+        return estimate
+    bounds = quantile_bounds(q, buckets, sum_delta)
+    if bounds is None:
+        return estimate
+    return min(max(estimate, bounds[0]), bounds[1])
+
+
+Group = tuple[tuple[str, str], ...]
+Increases = dict[tuple[str, Group], float]
+
+AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
+    "sum": math.fsum,
+    "mean": lambda values: math.fsum(values) / len(values),
+    "max": max,
+    "min": min,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RawSeries:
+    """One series' samples: ``name`` is the sample name (``x_bucket`` for a histogram bucket); ``starts``, when known,
+    the start time of the process that exposed each sample (a change is a counter reset)."""
+
+    name: str
+    labels: Mapping[str, str]
+    samples: Sequence[Sample]
+    starts: Sequence[float | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatPoint:
+    """One value of a record: a statistic (``None`` for ratios and raw PromQL) for one label group."""
+
+    stat: str | None
+    group: Group
+    value: float
+
+
+def group_of(labels: Mapping[str, str], by: Sequence[str]) -> Group:
+    """The ``by`` labels of a series (empty values left out, as Prometheus' ``sum by`` does)."""
+    return tuple((name, labels[name]) for name in by if labels.get(name))
+
+
+def compute_stats(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint] | None:
+    """Window statistics of ``query`` from raw ``series``; ``None`` when no series matches (a missing metric).
+
+    Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points.
+    """
+    if query.kind == "gauge" and query.ratio is None:
+        assert query.name is not None
+        selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
+        return _gauge(query, selected, window) if selected else None
+    increases = window_increases(query, series, window)
+    if increases is None:
+        return None
+    return stats_from_increases(query, increases, window)
+
+
+def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> Increases | None:
+    """The summed increases of a counter, histogram or ratio query's series during ``window``, per group.
+
+    Keys are ``(sample name, group)``; a histogram bucket's group ends with its ``("le", bound)`` pair. ``None`` when
+    no series matches (for a ratio: when either side has none). Without a window start the mapping is empty.
+    """
+    names = query.series_names()
+    selected = [s for s in series if s.name in names and query.matches(s.labels)]
+    if query.ratio is not None:
+        present = {s.name for s in selected}
+        if not all(name in present for name in query.ratio):
+            return None
+    elif not selected:
+        return None
+    increases: Increases = {}
+    if window.start is None:
+        return increases
+    bucket_name = names[0] if query.kind == "histogram" and query.ratio is None else None
+    for s in selected:
+        group = group_of(s.labels, query.by)
+        if s.name == bucket_name:
+            le = s.labels.get("le")
+            if le is None:
+                continue
+            group = (*group, ("le", le))
+        increase = counter_increase(s.samples, window, s.starts)
+        if increase is not None:
+            key = (s.name, group)
+            increases[key] = increases.get(key, 0.0) + increase
+    return increases
+
+
+def merge_increases(*parts: Increases) -> Increases:
+    """Add several :data:`Increases` mappings (e.g. Prometheus' aggregated answer and raw series) key by key."""
+    merged: Increases = {}
+    for part in parts:
+        for key, value in part.items():
+            merged[key] = merged.get(key, 0.0) + value
+    return merged
+
+
+def stats_from_increases(query: MetricQuery, increases: Increases, window: StepWindow) -> list[StatPoint]:
+    """A counter's delta/rate, a histogram's statistics or a ratio, per group, from its window increases."""
+    if window.seconds is None:
+        return []
+    if query.ratio is not None:
+        return _ratio(query, increases)
+    if query.kind == "histogram":
+        return _histogram(query, increases)
+    points = []
+    for (_, group), delta in sorted(increases.items()):
+        for stat in query.stats:
+            if stat == "delta":
+                points.append(StatPoint(stat, group, delta))
+            elif stat == "rate":
+                points.append(StatPoint(stat, group, delta / window.seconds if window.seconds > 0 else math.nan))
+    return points
+
+
+def _gauge(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint]:
+    combine = AGGREGATIONS[query.agg]
+    points = []
+    stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
+    for stat in stats:
+        per_group: dict[Group, list[float]] = defaultdict(list)
+        for s in series:
+            value = gauge_statistic(stat, s.samples, window)
+            if value is not None and not math.isnan(value):
+                per_group[group_of(s.labels, query.by)].append(value)
+        for group, values in sorted(per_group.items()):
+            points.append(StatPoint(stat, group, combine(values)))
+    return points
+
+
+def _histogram(query: MetricQuery, increases: Increases) -> list[StatPoint]:
+    bucket_name, sum_name, count_name = query.series_names()
+    buckets: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    sums: dict[Group, float] = {}
+    counts: dict[Group, float] = {}
+    for (name, group), value in increases.items():
+        if name == bucket_name:
+            try:
+                upper = float(group[-1][1])
+            except ValueError:
+                continue
+            buckets[group[:-1]][upper] += value
+        elif name == sum_name:
+            sums[group] = value
+        elif name == count_name:
+            counts[group] = value
+    points = []
+    for group in sorted(set(buckets) | set(sums) | set(counts)):
+        bucket_items = sorted(buckets.get(group, {}).items())
+        for stat in query.stats:
+            statistic = histogram_statistic(stat, bucket_items, sums.get(group), counts.get(group))
+            if statistic is not None:
+                points.append(StatPoint(stat, group, statistic))
+    return points
+
+
+def _ratio(query: MetricQuery, increases: Increases) -> list[StatPoint]:
+    assert query.ratio is not None
+    numerator, denominator = query.ratio
+    num = {group: value for (name, group), value in increases.items() if name == numerator}
+    den = {group: value for (name, group), value in increases.items() if name == denominator}
+    points = []
+    for group in sorted(set(num) & set(den)):
+        points.append(StatPoint(None, group, num[group] / den[group] if den[group] > 0 else math.nan))
+    return points
+
+
+def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> Metric:
+    """One Metric named after the query's key, a data point per (statistic, label group)."""
+    return gauge_metric(
+        query.key_name,
+        [({**dict(p.group), **({STAT_ATTRIBUTE: p.stat} if p.stat else {})}, p.value) for p in points],
+        window,
+    )
+
+
+def missing_warning(
+    warn: RateLimitedLogger,
+    query: MetricQuery,
+    window: StepWindow,
+    why: str,
+    fix: str = "check its name and labels",
+) -> None:
+    """Log, rate-limited per metric, that a configured metric matched no series in this step, why, and what to do."""
+    what = query.name or query.promql or (f"ratio {query.ratio[0]} / {query.ratio[1]}" if query.ratio else "?")
+    matchers = f" with labels {dict(query.matchers)}" if query.matchers else ""
+    warn.warning(
+        f"missing:{query.key_name}",
+        "step %d: configured metric %s%s (metrics[%d]) matched no series: %s; %s",
+        window.step,
+        what,
+        matchers,
+        query.source_index,
+        why,
+        fix,
+    )

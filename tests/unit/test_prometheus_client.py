@@ -23,8 +23,8 @@ from otel_bridge.errors import (
     PrometheusUnreachableError,
     ResponseTooLargeError,
 )
+from otel_bridge.producers.promql.connect import client_for
 from otel_bridge.prometheus.client import PrometheusClient, PromSeries, QueryResult
-from otel_bridge.prometheus.connect import client_for
 from tests.helpers.http_servers import (
     DEFAULT_TS,
     Handler,

@@ -6,8 +6,8 @@ from typing import Any
 
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql_plan import TAG_LABEL, WindowAnswer, WindowPlan
-from otel_bridge.producers.promql_rules import (
+from otel_bridge.producers.promql.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql.rules import (
     AGE,
     GROUP,
     PRESENT,

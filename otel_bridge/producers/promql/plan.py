@@ -20,7 +20,7 @@ so the answer's size grows with the configured metrics and label groups, not wit
   scrapes at the window's end (``up`` there, an instant selector: a target Prometheus dropped has a staleness marker),
   so the keys of a target that left can go.
 
-With the bridge's recording rules loaded (:mod:`otel_bridge.producers.promql_rules`), the queries they serve read
+With the bridge's recording rules loaded (:mod:`otel_bridge.producers.promql.rules`), the queries they serve read
 the rules' per-group sums at each boundary instead (the rule group's last evaluation at or before it, ``t_r``); the
 targets to re-read and the lag come from the rules' per-target series, and a re-read target's share is reproduced
 at the rule evaluations' times.
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql_rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
+from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
 from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import QueryResult

@@ -15,7 +15,7 @@ bridge's path, and a step reads a few series per label group:
 A boundary is then represented by the rule group's last evaluation at or before it (all rules of a group share the
 evaluation timestamp), so the steps' deltas still add up to the run's increase exactly, and a target that restarted,
 appeared or disappeared is still re-read raw and its share replaced by its exact increase
-(:mod:`otel_bridge.producers.promql_plan`). The cost in exactness: a boundary lags by up to one rule interval more
+(:mod:`otel_bridge.producers.promql.plan`). The cost in exactness: a boundary lags by up to one rule interval more
 than with raw samples (reported in ``otel_bridge/boundary_lag_s``), and a re-read target's share may be off by its
 last scrape when that scrape was being stored exactly while the rules were evaluated.
 

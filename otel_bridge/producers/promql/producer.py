@@ -7,7 +7,7 @@ Where a window's counters come from depends on ``prometheus.boundary`` (resolved
   :class:`~otel_bridge.producers.scrape.ScrapeProducer` fed by Prometheus' ``/api/v1/targets``), so every count lands
   in the step during which it happened; Prometheus supplies the gauges' history, raw PromQL and ``up``.
 - **Prometheus' samples** (``samples``; ``auto`` otherwise): each boundary is represented, per series, by the last
-  sample at or before it. Prometheus sums those samples per group itself (:mod:`otel_bridge.producers.promql_plan`),
+  sample at or before it. Prometheus sums those samples per group itself (:mod:`otel_bridge.producers.promql.plan`),
   targets that restarted or appeared are re-read raw and their share replaced by their exact increase, and the
   record carries ``otel_bridge/boundary_lag_s``: the largest distance between a boundary and the sample that stood
   for it.
@@ -41,8 +41,8 @@ from otel_bridge.health import (
     Health,
 )
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql_checks import check_expressions, resolve_kind
-from otel_bridge.producers.promql_plan import (
+from otel_bridge.producers.promql.checks import check_expressions, resolve_kind
+from otel_bridge.producers.promql.plan import (
     REREAD_LOOKBACK_S,
     WINDOW_PLACEHOLDER,
     Target,
@@ -50,8 +50,8 @@ from otel_bridge.producers.promql_plan import (
     WindowPlan,
     primary_names,
 )
-from otel_bridge.producers.promql_rules import RuleSet, counting, rules_in_use
-from otel_bridge.producers.promql_targets import (
+from otel_bridge.producers.promql.rules import RuleSet, counting, rules_in_use
+from otel_bridge.producers.promql.targets import (
     schedule_of,
     scrape_urls,
     served_names,

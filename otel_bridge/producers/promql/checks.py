@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from otel_bridge.errors import ConfigError, PrometheusAPIError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql_plan import WINDOW_PLACEHOLDER, WindowPlan
-from otel_bridge.producers.promql_rules import counting
+from otel_bridge.producers.promql.plan import WINDOW_PLACEHOLDER, WindowPlan
+from otel_bridge.producers.promql.rules import counting
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.window import MetricKind, StepWindow

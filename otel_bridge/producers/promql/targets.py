@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusResponseError
-from otel_bridge.producers.promql_plan import TARGET_LABELS, Target
+from otel_bridge.producers.promql.plan import TARGET_LABELS, Target
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
 

@@ -1,0 +1,14 @@
+"""The PromQL wing: window statistics read from a Prometheus-compatible store's HTTP API, at most two requests a step.
+
+- :mod:`~otel_bridge.producers.promql.producer`: :class:`PromQLProducer`, one window at a time;
+- :mod:`~otel_bridge.producers.promql.plan`: one window's instant query and how to read its answer;
+- :mod:`~otel_bridge.producers.promql.rules`: otel-bridge's recording rules, and whether Prometheus runs them;
+- :mod:`~otel_bridge.producers.promql.checks`: start-up checks of the configured metrics against Prometheus;
+- :mod:`~otel_bridge.producers.promql.targets`: Prometheus' targets serving the metrics, and their schedule;
+- :mod:`~otel_bridge.producers.promql.connect`: a client for the ``prometheus`` config section.
+"""
+
+from otel_bridge.producers.promql.connect import client_for, connect
+from otel_bridge.producers.promql.producer import PromQLProducer
+
+__all__ = ["PromQLProducer", "client_for", "connect"]

@@ -29,7 +29,7 @@ from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.promql.connect import connect
 from otel_bridge.producers.scrape import ScrapeProducer
-from otel_bridge.producers.scrape_process import ScrapeProcess, Scraper
+from otel_bridge.producers.scrape.process import ScrapeProcess, Scraper
 from otel_bridge.reader import MetricProducer
 
 _log = logging.getLogger(__name__)

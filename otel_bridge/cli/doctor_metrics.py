@@ -73,7 +73,7 @@ class MetricChecks(CheckRecorder):
     def check_endpoints(self, config: BridgeConfig) -> dict[str, dict[str, ExpositionFamily]]:
         """``endpoint <url>``: every rollout endpoint answers; returns each one's parsed families."""
         from otel_bridge.discovery import ray_service_discovery_targets
-        from otel_bridge.prometheus.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
+        from otel_bridge.producers.scrape.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
         from otel_bridge.prometheus.exposition import parse_exposition
 
         targets = config.scrape_targets

@@ -172,7 +172,7 @@ def test_the_scrape_child_ignores_ctrl_c_and_ends_with_its_parent(tmp_path: Path
 def test_boundaries_never_wait_for_a_stopped_child_and_its_backlog_is_read(replicas: list[Replica]) -> None:
     from otel_bridge.config import MetricConfig
     from otel_bridge.producers.metric_set import resolve_metrics
-    from otel_bridge.producers.scrape_process import ScrapeProcess
+    from otel_bridge.producers.scrape.process import ScrapeProcess
     from otel_bridge.window import StepWindow
 
     queries = resolve_metrics([MetricConfig(name="vllm:generation_tokens_total", type="counter", stats=["delta"])])

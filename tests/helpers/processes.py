@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SCRAPE_CHILD = "otel_bridge.producers.scrape_child"
+SCRAPE_CHILD = "otel_bridge.producers.scrape.child"
 
 
 def children(command_part: str = SCRAPE_CHILD, parent: int | None = None) -> list[int]:

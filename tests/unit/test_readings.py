@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.readings import Reading, Stand, TargetReadings, window_readings
+from otel_bridge.producers.scrape.readings import Reading, Stand, TargetReadings, window_readings
 from otel_bridge.producers.statistics import window_increases
 from otel_bridge.prometheus.exposition import ExpositionFamily, ExpositionSample
 from otel_bridge.window import StepWindow

@@ -58,7 +58,7 @@ from otel_bridge.producers.promql.targets import (
     serving_targets,
     target_key,
 )
-from otel_bridge.producers.scrape_process import Scraper
+from otel_bridge.producers.scrape.process import Scraper
 from otel_bridge.producers.statistics import (
     Increases,
     RawSeries,

@@ -1,11 +1,11 @@
-"""The child process of :class:`~otel_bridge.producers.scrape_process.ScrapeProcess`: a
+"""The child process of :class:`~otel_bridge.producers.scrape.process.ScrapeProcess`: a
 :class:`~otel_bridge.producers.scrape.ScrapeProducer` whose HTTP reads, parsing and window statistics run here, on
 this process' interpreter lock, instead of the trainer's.
 
-Run as ``python -m otel_bridge.producers.scrape_child`` with the channel on stdin/stdout (:mod:`frames`). Requests are
-``(kind, id, payload)``; every answer is ``("reply", id, ok, value, health_ops)``, carrying the health updates made
-since the last answer, and log records travel as ``("log", fields)``. The end of stdin (the parent closed it or
-died) closes the producer and ends the process.
+Run as ``python -m otel_bridge.producers.scrape.child`` with the channel on stdin/stdout
+(:mod:`otel_bridge.producers.scrape.frames`). Requests are ``(kind, id, payload)``; every answer is ``("reply", id, ok,
+value, health_ops)``, carrying the health updates made since the last answer, and log records travel as ``("log",
+fields)``. The end of stdin (the parent closed it or died) closes the producer and ends the process.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import IO, Any
 
 from otel_bridge.errors import ConfigError, OtelBridgeError
 from otel_bridge.health import Health
-from otel_bridge.producers.frames import FrameWriter, read_frame
-from otel_bridge.producers.scrape import ScrapeProducer
+from otel_bridge.producers.scrape.frames import FrameWriter, read_frame
+from otel_bridge.producers.scrape.producer import ScrapeProducer
 
 _log = logging.getLogger(__name__)
 _NICE = 10

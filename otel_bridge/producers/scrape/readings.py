@@ -1,5 +1,5 @@
 """Each scrape target's readings, and which of them stands for a step boundary: the scrape path's equivalent of
-Prometheus' stored samples (:mod:`otel_bridge.producers.scrape` takes the readings).
+Prometheus' stored samples (:mod:`otel_bridge.producers.scrape.producer` takes the readings).
 
 A :class:`Reading` is one scrape of one target: the request went out at ``sent``, the answer (or the failure) came at
 ``answered``, and the server rendered its page somewhere in between. A target's scrapes never overlap, so its readings

@@ -4,7 +4,7 @@ Scraping is the one part of the bridge whose CPU grows with the cluster: every t
 each boundary and every ``sample_interval_s``. In the trainer's process that work holds the interpreter lock beside the
 training loop and allocates what the trainer's garbage collections then walk: with 64 vLLM endpoints the training
 thread's p99 step time was 46x its median. Here a :class:`~otel_bridge.producers.scrape.ScrapeProducer` runs in a
-child (:mod:`otel_bridge.producers.scrape_child`) and the trainer's process only sends boundary times and receives
+child (:mod:`otel_bridge.producers.scrape.child`) and the trainer's process only sends boundary times and receives
 each window's statistics, so its cost per step is in proportion to the configured metrics, not to the targets.
 
 The records are the same as the in-process producer's (``scrape.isolation: thread``); the child's log records go to
@@ -32,12 +32,12 @@ from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.errors import ConfigError, ScrapeError
 from otel_bridge.health import Health
-from otel_bridge.producers.frames import FrameWriter, read_frame
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.scrape.frames import FrameWriter, read_frame
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
-_CHILD_MODULE = "otel_bridge.producers.scrape_child"
+_CHILD_MODULE = "otel_bridge.producers.scrape.child"
 _ANSWER_MARGIN_S = 10.0  # beyond the child's own deadline for a request: its start-up, a loaded machine
 _EXIT_WAIT_S = 5.0
 
@@ -280,7 +280,7 @@ def _child_environment() -> dict[str, str]:
     """This process' environment, with this package importable (wherever it was imported from) and the OTel SDK off
     in the child: it builds no provider, and auto-instrumentation must not start one there."""
     env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
+    package_root = str(Path(__file__).resolve().parents[__name__.count(".")])  # the folder holding otel_bridge/
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env["OTEL_SDK_DISABLED"] = "true"
     return env

@@ -1,5 +1,5 @@
-"""Length-prefixed pickle frames over a pipe: the channel between :mod:`otel_bridge.producers.scrape_process` and the
-child it starts (:mod:`otel_bridge.producers.scrape_child`). Both ends are this package, same version, same
+"""Length-prefixed pickle frames over a pipe: the channel between :mod:`otel_bridge.producers.scrape.process` and the
+child it starts (:mod:`otel_bridge.producers.scrape.child`). Both ends are this package, same version, same
 interpreter: nothing else writes to these pipes.
 """
 

@@ -1,11 +1,11 @@
 """ScrapeProducer: window statistics read straight from ``/metrics`` endpoints (no Prometheus server needed).
 
 A background sampler thread scrapes every target at each step boundary (as soon as the trainer signals it) and every
-``sample_interval_s`` in between. Each scrape of a target is kept as a reading with the times its request went out
-and its answer came (:mod:`otel_bridge.producers.readings`), and one reading of each target stands for each boundary:
-the first one sent at or after it (the run's first boundary: the last one answered before it). A window ``(start,
-end]`` takes its baseline from the reading standing for ``start`` and its last sample from the one standing for
-``end``, like Prometheus' samples, and computes its statistics with the same code as the PromQL path
+``sample_interval_s`` in between. Each scrape of a target is kept as a reading with the times its request went out and
+its answer came (:mod:`otel_bridge.producers.scrape.readings`), and one reading of each target stands for each boundary:
+the first one sent at or after it (the run's first boundary: the last one answered before it). A window ``(start, end]``
+takes its baseline from the reading standing for ``start`` and its last sample from the one standing for ``end``, like
+Prometheus' samples, and computes its statistics with the same code as the PromQL path
 (:mod:`otel_bridge.producers.statistics`). Every series gets an ``instance`` label (``host:port`` of its target), as
 Prometheus adds, so replicas with identical labels stay apart.
 
@@ -34,7 +34,8 @@ from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitErr
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, TARGETS_UNREAD, UNREAD, Health
 from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.readings import (
+from otel_bridge.producers.scrape.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
+from otel_bridge.producers.scrape.readings import (
     Families,
     RawKey,
     Reading,
@@ -45,7 +46,6 @@ from otel_bridge.producers.readings import (
     window_readings,
 )
 from otel_bridge.producers.statistics import compute_stats, missing_warning, to_metric
-from otel_bridge.prometheus.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing

@@ -429,8 +429,9 @@ def baseline_design(url: str, limits: str) -> Design:
 def bridge_design(url: str, limits: str, *, rules: bool = False) -> Design:
     """``otel_bridge.producers.promql.PromQLProducer`` as it is in the working tree, reading raw series
     (``recording_rules="off"``) or through otel-bridge's recording rules (``"required"``)."""
+    from otel_bridge.producers.base import metrics_of
     from otel_bridge.producers.promql import PromQLProducer
-    from otel_bridge.reader import STAT_ATTRIBUTE
+    from otel_bridge.schema import STAT_ATTRIBUTE
 
     client = _client(url, limits)
     producer = PromQLProducer(
@@ -440,7 +441,7 @@ def bridge_design(url: str, limits: str, *, rules: bool = False) -> Design:
 
     def read(window: Any) -> dict[str, float]:
         out = {}
-        for metric in producer.produce(window):
+        for metric in metrics_of(producer.produce(window=window)):
             for point in metric.data.data_points:
                 attributes = dict(point.attributes or {})
                 stat = attributes.pop(STAT_ATTRIBUTE, None)

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import CAPTURE, CpuTimer, capture_servers, pyplot, save_figure, summary, write_result
 from otel_bridge.config import BridgeConfig
+from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.prometheus.exposition import parse_exposition
@@ -106,7 +107,7 @@ def _bridge_rounds(targets: list[str], rounds: int) -> dict[str, Any]:
                 producer.on_boundary(now)
                 _wait_for_readings(producer, now)
                 round_wall = time.perf_counter() - collection._w0
-                metrics = producer.produce(window)
+                metrics = metrics_of(producer.produce(window=window))
             walls.append(collection.wall)
             cpus.append(collection.cpu)
             stats_walls.append(collection.wall - round_wall)

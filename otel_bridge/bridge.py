@@ -46,9 +46,10 @@ from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
 from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource, check_meter_provider
 from otel_bridge.phases import PhaseLog
+from otel_bridge.producers.base import MetricProducer, ProducerLifecycle
 from otel_bridge.producers.deadline import InfraDeadline, start_sources
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.reader import MetricProducer, ProducerLifecycle, StepMetricReader
+from otel_bridge.reader import StepMetricReader
 from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue, ranges

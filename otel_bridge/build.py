@@ -25,12 +25,12 @@ from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import Health
 from otel_bridge.http.credentials import tls_arguments
 from otel_bridge.http.transport import TransportOptions
+from otel_bridge.producers.base import MetricProducer
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.promql.connect import connect
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.producers.scrape.process import ScrapeProcess, Scraper
-from otel_bridge.reader import MetricProducer
 
 _log = logging.getLogger(__name__)
 

@@ -1,9 +1,8 @@
 """StepMetricReader: an OpenTelemetry MetricReader that collects at training-step boundaries.
 
 At a boundary it takes the SDK's own instruments (in memory, fast: done on the training thread) and, later on the
-delivery worker, every producer's readings for the step's window, and hands one ``MetricsData`` to its exporter. The
-Python SDK has no MetricProducer yet, so :class:`MetricProducer` is the OTel spec's interface with the step window
-added.
+delivery worker, every producer's readings for the step's window (:class:`~otel_bridge.producers.base.MetricProducer`:
+the SDK's proposed MetricProducer, told the window), and hands one ``MetricsData`` to its exporter.
 
 The shape of the ``MetricsData`` it assembles (scopes, attributes, the window metric) is defined in
 :mod:`otel_bridge.schema`.
@@ -17,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from opentelemetry.sdk.metrics import Histogram
 from opentelemetry.sdk.metrics.export import (
@@ -39,44 +38,16 @@ from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
 from otel_bridge.phases import Phase
+from otel_bridge.producers.base import MetricProducer, metrics_of
 from otel_bridge.producers.deadline import InfraDeadline
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
+from otel_bridge.schema import gauge_metric
 from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 DELTA = AggregationTemporality.DELTA
-
-__all__ = ["STAT_ATTRIBUTE", "MetricProducer", "ProducerLifecycle", "StepMetricReader", "gauge_metric"]
-"""``STAT_ATTRIBUTE`` and ``gauge_metric`` stay importable from here, where they were defined before
-:mod:`otel_bridge.schema`."""
-
-
-@runtime_checkable
-class MetricProducer(Protocol):
-    """The OTel spec's MetricProducer, per step window: metrics describing what happened during ``window``."""
-
-    def produce(self, window: StepWindow) -> Sequence[Metric]:
-        """Return the metrics for ``window``. May block on the network: it runs on the delivery worker."""
-        ...
-
-
-@runtime_checkable
-class ProducerLifecycle(Protocol):
-    """Optional hooks of a producer: start-up checks, boundary notifications, shutdown."""
-
-    def start(self) -> None:
-        """Validate and connect (raise a typed error on configuration problems)."""
-        ...
-
-    def on_boundary(self, t: float) -> None:
-        """A step boundary happened at unix time ``t`` (called on the training thread: must not block)."""
-        ...
-
-    def close(self) -> None:
-        """Release threads and connections."""
-        ...
+_PRODUCE_TIMEOUT_MS = 10_000.0  # what a producer is given without a deadline (the SDK's default timeout_millis)
 
 
 class StepMetricReader(MetricReader):
@@ -224,9 +195,10 @@ class StepMetricReader(MetricReader):
     ) -> tuple[list[Metric], list[Metric], list[Metric]] | None:
         """:meth:`_produce_all` within ``produce_timeout_s``; ``None`` (and the sources counted unavailable) if not."""
         if self._deadline is None:
-            return self._produce_all(window, phases)
+            return self._produce_all(window, phases, None)
         busy = self._deadline.busy
-        produced = self._deadline.run(lambda: self._produce_all(window, phases))
+        until = time.monotonic() + self._deadline.timeout_s
+        produced = self._deadline.run(lambda: self._produce_all(window, phases, until))
         if produced is None:
             self._health.set(INFRA_UNAVAILABLE, float(len(self._producers)))
             self._warn.warning(
@@ -243,7 +215,7 @@ class StepMetricReader(MetricReader):
         return [gauge_metric(name, [(dict(labels), value)], window) for name, labels, value in self._health.snapshot()]
 
     def _produce_all(
-        self, window: StepWindow, phases: Sequence[Phase]
+        self, window: StepWindow, phases: Sequence[Phase], until: float | None
     ) -> tuple[list[Metric], list[Metric], list[Metric]]:
         """The step's infrastructure metrics, its phases' (each point with the phase attribute) and the health gauges
         as the step's producers left them.
@@ -251,6 +223,7 @@ class StepMetricReader(MetricReader):
         Windows are produced in the order of their starts, the step's first among equals: a producer that keeps
         samples between windows (the scrape producer) may then drop those before the start of the window it was
         last asked about. Health is read right after the step's window, so the record's health is the step's.
+        ``until`` (monotonic) is when the step's production deadline ends, if it has one.
         """
         order = sorted([None, *phases], key=lambda p: (_start_of(window) if p is None else p.start, p is not None))
         infra: list[Metric] = []
@@ -258,19 +231,22 @@ class StepMetricReader(MetricReader):
         health: list[Metric] = []
         for phase in order:
             if phase is None:
-                infra = self._produce(window)
+                infra = self._produce(window, until)
                 health = self._health_metrics(window)
             else:
-                per_phase.extend(with_phase(m, phase.key) for m in self._produce(phase.window(window.step), phase=True))
+                per_phase.extend(
+                    with_phase(m, phase.key) for m in self._produce(phase.window(window.step), until, phase=True)
+                )
         return infra, per_phase, health
 
-    def _produce(self, window: StepWindow, *, phase: bool = False) -> list[Metric]:
+    def _produce(self, window: StepWindow, until: float | None, *, phase: bool = False) -> list[Metric]:
         metrics: list[Metric] = []
         failed = 0
         for producer in self._producers:
             name = type(producer).__name__
+            left_ms = _PRODUCE_TIMEOUT_MS if until is None else max(0.0, until - time.monotonic()) * 1000
             try:
-                metrics.extend(producer.produce(window))
+                metrics.extend(metrics_of(producer.produce(left_ms, window=window)))
             except OtelBridgeError as exc:
                 failed += 1
                 self._warn.warning(

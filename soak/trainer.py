@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from opentelemetry.sdk.metrics.export import Metric
+from opentelemetry.sdk.metrics.export import ScopeMetrics
 
 from otel_bridge import Bridge, BridgeConfig
 from otel_bridge.window import StepWindow
@@ -32,7 +32,7 @@ class SometimesSlowSource:
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
 
-    def produce(self, window: StepWindow) -> Sequence[Metric]:
+    def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> Sequence[ScopeMetrics]:
         time.sleep(self._rng.choice((0.0, 0.0, 0.0, 0.002, 0.05, 0.3)))
         return []
 

@@ -136,7 +136,7 @@ class MetricChecks(CheckRecorder):
         from otel_bridge.build import build_producers
         from otel_bridge.errors import ConfigError
         from otel_bridge.health import Health
-        from otel_bridge.reader import ProducerLifecycle
+        from otel_bridge.producers.base import ProducerLifecycle, metrics_of
         from otel_bridge.window import StepWindow
 
         update: dict[str, object] = {"startup": "strict"}  # degrade would hide at start what fails at every step
@@ -162,7 +162,7 @@ class MetricChecks(CheckRecorder):
                 for producer in lifecycles:
                     producer.on_boundary(end)
                 window = StepWindow(step=0, start=start, end=end)
-                metrics = [m for producer in built.producers for m in producer.produce(window)]
+                metrics = [m for producer in built.producers for m in metrics_of(producer.produce(window=window))]
             except ConfigError as exc:
                 self.add("step", "fail", f"a run would not start: {exc}", "fix the config as the message says")
                 return None

@@ -22,11 +22,12 @@ from otel_bridge.cli.output import format_rows, format_value
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.naming import infra_key
+from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql.connect import connect
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus_names import METRIC_NAME
-from otel_bridge.reader import STAT_ATTRIBUTE
+from otel_bridge.schema import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         producer.start()
         window = StepWindow(step=0, start=at - window_s, end=at)
         prefix = None if query.promql is not None else config.naming.infra_prefix
-        rows = metric_rows(list(producer.produce(window)), prefix)
+        rows = metric_rows(metrics_of(producer.produce(window=window)), prefix)
         resolved = producer.queries[0]
     finally:
         producer.close()

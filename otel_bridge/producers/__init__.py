@@ -1,1 +1,22 @@
-"""Producers: where infrastructure metrics come from (the OTel spec's MetricProducer, per step window)."""
+"""Producers: where infrastructure metrics come from, one step window at a time (OpenTelemetry's MetricProducer).
+
+- :mod:`~otel_bridge.producers.base`: what a producer is (:class:`MetricProducer`, :class:`ProducerLifecycle`);
+- :mod:`~otel_bridge.producers.metric_set` and :mod:`~otel_bridge.producers.presets`: the configured metrics, resolved;
+- :mod:`~otel_bridge.producers.statistics`: all window math, from samples to a step's statistics;
+- two wings: :mod:`~otel_bridge.producers.promql` (:class:`PromQLProducer`, through a Prometheus-compatible store) and
+  :mod:`~otel_bridge.producers.scrape` (:class:`ScrapeProducer`, straight from ``/metrics`` endpoints).
+"""
+
+from otel_bridge.producers.base import MetricProducer, ProducerLifecycle, infra_scope, metrics_of
+from otel_bridge.producers.promql import PromQLProducer
+from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer
+
+__all__ = [
+    "MetricProducer",
+    "ProducerLifecycle",
+    "PromQLProducer",
+    "ScrapeProcess",
+    "ScrapeProducer",
+    "infra_scope",
+    "metrics_of",
+]

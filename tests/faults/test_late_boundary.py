@@ -15,6 +15,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import Metric, NumberDataPoint
 
 from otel_bridge.http.transport import TransportOptions
+from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.window import StepWindow
@@ -60,7 +61,7 @@ def test_a_late_boundary_never_reads_as_a_restart(replicas: list[Replica]) -> No
     try:
         start = time.time()
         producer.on_boundary(start)
-        producer.produce(StepWindow(step=0, start=None, end=start))  # waits for the boundary scrape
+        producer.produce(window=StepWindow(step=0, start=None, end=start))  # waits for the boundary scrape
         before = generated(replica)
         generator.start()
         deltas = []
@@ -69,13 +70,13 @@ def test_a_late_boundary_never_reads_as_a_restart(replicas: list[Replica]) -> No
             end = time.time()
             time.sleep(0.1)  # the boundary reaches the producer 0.1 s late: the sampler took ~5 samples since
             producer.on_boundary(end)
-            deltas.append(delta_of(producer.produce(StepWindow(step=step, start=start, end=end))))
+            deltas.append(delta_of(metrics_of(producer.produce(window=StepWindow(step=step, start=start, end=end)))))
             start = end
         stop.set()
         generator.join()
         end = time.time()
         producer.on_boundary(end)
-        deltas.append(delta_of(producer.produce(StepWindow(step=6, start=start, end=end))))
+        deltas.append(delta_of(metrics_of(producer.produce(window=StepWindow(step=6, start=start, end=end)))))
         total = generated(replica) - before
     finally:
         stop.set()

@@ -171,6 +171,7 @@ def test_the_scrape_child_ignores_ctrl_c_and_ends_with_its_parent(tmp_path: Path
 
 def test_boundaries_never_wait_for_a_stopped_child_and_its_backlog_is_read(replicas: list[Replica]) -> None:
     from otel_bridge.config import MetricConfig
+    from otel_bridge.producers.base import metrics_of
     from otel_bridge.producers.metric_set import resolve_metrics
     from otel_bridge.producers.scrape.process import ScrapeProcess
     from otel_bridge.window import StepWindow
@@ -196,12 +197,13 @@ def test_boundaries_never_wait_for_a_stopped_child_and_its_backlog_is_read(repli
             assert not sender.is_alive()  # every call returned while the child could read nothing
         finally:
             os.kill(producer.pid, signal.SIGCONT)
-        (backlog,) = producer.produce(StepWindow(0, first, boundaries[-1]))  # once the child has read the backlog
+        # once the child has read the backlog
+        (backlog,) = metrics_of(producer.produce(window=StepWindow(0, first, boundaries[-1])))
         assert [p.value for p in backlog.data.data_points] == [0.0]
         traffic(replicas[:1], 2)
         last = time.time()
         producer.on_boundary(last)
-        (metric,) = producer.produce(StepWindow(1, boundaries[-1], last))
+        (metric,) = metrics_of(producer.produce(window=StepWindow(1, boundaries[-1], last)))
         # The queued boundaries were all delivered (the window above found its end), and the next window holds
         # exactly this step's tokens.
         assert [p.value for p in metric.data.data_points] == [float((20 + 7 * 2) * (2 % 3 + 1))]

@@ -22,7 +22,7 @@ TRAINER = textwrap.dedent(
 
     class SlowSource:
         '''An infrastructure source that takes 0.4 s per window: delivery falls behind the trainer.'''
-        def produce(self, window):
+        def produce(self, timeout_millis=10_000, *, window):
             time.sleep(0.4)
             return []
 

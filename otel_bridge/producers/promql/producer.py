@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from opentelemetry.sdk.metrics.export import Metric
+from opentelemetry.sdk.metrics.export import Metric, ScopeMetrics
 
 from otel_bridge.config import BoundaryMode, RulesMode
 from otel_bridge.discovery.watcher import TargetWatcher
@@ -40,6 +40,7 @@ from otel_bridge.health import (
     UNREAD,
     Health,
 )
+from otel_bridge.producers.base import infra_scope, metrics_of
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql.checks import check_expressions, resolve_kind
 from otel_bridge.producers.promql.plan import (
@@ -311,8 +312,10 @@ class PromQLProducer:
 
     # -- one window ------------------------------------------------------------------------------------------------
 
-    def produce(self, window: StepWindow) -> list[Metric]:
-        """Query Prometheus for ``window`` (at most two requests) and return one Metric per configured metric."""
+    def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
+        """Query Prometheus for ``window`` (at most two requests) and return one Metric per configured metric, in the
+        infrastructure scope (each request is bounded by ``prometheus.timeout_s``; the boundary scrapes get
+        ``timeout_millis``)."""
         if not self._ready:
             try:
                 self._prepare()
@@ -333,7 +336,7 @@ class PromQLProducer:
         metrics: list[Metric] = []
         answered: set[int] = set()
         if self._scraper is not None:
-            scraped = self._scraper.produce(window)
+            scraped = metrics_of(self._scraper.produce(timeout_millis, window=window))
             metrics.extend(scraped)
             answered.update(self._scraper_answered(scraped))
         try:
@@ -368,7 +371,7 @@ class PromQLProducer:
                 )
             else:
                 missing_warning(self._warn, query, window, "Prometheus returned no series for it")
-        return metrics
+        return infra_scope(metrics)
 
     def _scraper_answered(self, scraped: Sequence[Metric]) -> set[int]:
         keys = {m.name for m in scraped}

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from otel_bridge.errors import ConfigError, OtelBridgeError
 from otel_bridge.health import Health
+from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.scrape.frames import FrameWriter, read_frame
 from otel_bridge.producers.scrape.producer import ScrapeProducer
 
@@ -147,7 +148,7 @@ class _Child:
 
             return start
         if kind == "produce":
-            return lambda: producer.produce(payload)
+            return lambda: metrics_of(producer.produce(window=payload))  # the parent puts them in their scope
         if kind == "unanswered":
             return producer.unanswered
         raise ConfigError(f"unknown request {kind!r} to the scrape process")

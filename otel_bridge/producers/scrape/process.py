@@ -28,10 +28,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Protocol
 
-from opentelemetry.sdk.metrics.export import Metric
+from opentelemetry.sdk.metrics.export import ScopeMetrics
 
 from otel_bridge.errors import ConfigError, ScrapeError
 from otel_bridge.health import Health
+from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.scrape.frames import FrameWriter, read_frame
 from otel_bridge.window import StepWindow
@@ -58,8 +59,8 @@ class Scraper(Protocol):
         """A step boundary at unix time ``t`` (never blocks)."""
         ...
 
-    def produce(self, window: StepWindow) -> Sequence[Metric]:
-        """Statistics for ``window``."""
+    def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> Sequence[ScopeMetrics]:
+        """Statistics for ``window`` (:meth:`~otel_bridge.producers.base.MetricProducer.produce`)."""
         ...
 
     def set_targets(self, targets: Sequence[str]) -> None:
@@ -151,9 +152,11 @@ class ScrapeProcess:
         """Tell the child about a boundary at ``t`` (never blocks, whatever the child does; see :meth:`_post`)."""
         self._post(("boundary", -1, t))
 
-    def produce(self, window: StepWindow) -> list[Metric]:
-        """The child's statistics for ``window`` (its :class:`ScrapeError` when the boundary scrape did not finish)."""
-        return list(self._call("produce", window, self._produce_timeout_s + _ANSWER_MARGIN_S))
+    def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
+        """The child's statistics for ``window`` (its :class:`ScrapeError` when the boundary scrape did not finish).
+
+        The child sends the metrics alone (an ``InstrumentationScope`` does not pickle); they get their scope here."""
+        return infra_scope(self._call("produce", window, self._produce_timeout_s + _ANSWER_MARGIN_S))
 
     def set_targets(self, targets: Sequence[str]) -> None:
         """Scrape these targets from the child's next round on."""

@@ -28,11 +28,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from opentelemetry.sdk.metrics.export import Metric
+from opentelemetry.sdk.metrics.export import ScopeMetrics
 
 from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitError, ScrapeError
 from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, TARGETS_UNREAD, UNREAD, Health
 from otel_bridge.http.transport import TransportOptions
+from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.scrape.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.producers.scrape.readings import (
@@ -358,9 +359,9 @@ class ScrapeProducer:
             )
         return stands
 
-    def produce(self, window: StepWindow) -> list[Metric]:
+    def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
         """Statistics for ``window`` from the targets' readings (waits for the readings of its end, see
-        :meth:`_stands`)."""
+        :meth:`_stands`: up to its own ``produce_timeout_s``, whatever ``timeout_millis`` says)."""
         stands = self._stands(window)
         with self._cond:
             targets = {t.instance: t.readings for t in self._targets.values() if t.instance in stands}
@@ -383,7 +384,7 @@ class ScrapeProducer:
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:
             missing_warning(self._warn, query, window, f"no target among {len(targets)} exposes it")
-        return metrics
+        return infra_scope(metrics)
 
     def _report_unread(self, unread: dict[str, float], window: StepWindow) -> None:
         """Name the targets unread at the window's end for as long as they are (the WARNING of their failed scrape

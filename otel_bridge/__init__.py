@@ -28,8 +28,8 @@ from otel_bridge.errors import (
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.global_install import install
+from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.producers import MetricProducer, PromQLProducer, ScrapeProducer
-from otel_bridge.reader import StepMetricReader
 from otel_bridge.window import StepWindow
 
 __version__ = "0.1.0"

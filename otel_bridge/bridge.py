@@ -35,7 +35,6 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
 from otel_bridge.bridge_phases import PhaseMarks
-from otel_bridge.build import build_producers, create_backends, process_rank
 from otel_bridge.config import BridgeConfig
 from otel_bridge.discovery import RolloutServers, TargetWatcher
 from otel_bridge.errors import BridgeClosedError, StepOrderError
@@ -44,19 +43,25 @@ from otel_bridge.exporters.delivery import DeliveryReport as DeliveryReport
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
-from otel_bridge.meter_provider import attach_readers, build_extra_readers, build_resource, check_meter_provider
-from otel_bridge.phases import PhaseLog
+from otel_bridge.pipeline.build import build_producers, create_backends, process_rank
+from otel_bridge.pipeline.infra_deadline import InfraDeadline, start_sources
+from otel_bridge.pipeline.meter_provider import (
+    attach_readers,
+    build_extra_readers,
+    build_resource,
+    check_meter_provider,
+)
+from otel_bridge.pipeline.phases import PhaseLog
+from otel_bridge.pipeline.reader import StepMetricReader
+from otel_bridge.pipeline.tracing import build_step_tracer
+from otel_bridge.pipeline.trainer_values import check_keys, check_step, trainer_numbers
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle
-from otel_bridge.producers.deadline import InfraDeadline, start_sources
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.reader import StepMetricReader
 from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.step_queue import StepJob, StepQueue, ranges
 from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.teardown import run_within
-from otel_bridge.tracing import build_step_tracer
-from otel_bridge.trainer_values import check_keys, check_step, trainer_numbers
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)

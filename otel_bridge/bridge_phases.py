@@ -1,8 +1,8 @@
 """The phase half of the :class:`~otel_bridge.Bridge` facade: ``with bridge.phase("gen")``.
 
-A phase boundary costs what a step boundary costs, and less: a timestamp, the producers' non-blocking
-``on_boundary(t)`` (the scrape producer scrapes on its sampler thread, the PromQL producer notes the time) and a
-list append. The phases' windows are produced on the delivery worker with the step's (:mod:`otel_bridge.phases`).
+A phase boundary costs what a step boundary costs, and less: a timestamp, the producers' non-blocking ``on_boundary(t)``
+(the scrape producer scrapes on its sampler thread, the PromQL producer notes the time) and a list append. The phases'
+windows are produced on the delivery worker with the step's (:mod:`otel_bridge.pipeline.phases`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from otel_bridge.phases import PhaseLog
+from otel_bridge.pipeline.phases import PhaseLog
 
 
 class PhaseMarks:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from opentelemetry.sdk.metrics.export import ResourceMetrics
 
 from otel_bridge.health import DROPPED_INFRA, Health
-from otel_bridge.phases import Phase
+from otel_bridge.pipeline.phases import Phase
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 

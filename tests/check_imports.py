@@ -31,18 +31,18 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         (
             "otel_bridge.bridge",
             "otel_bridge.global_install",
-            "otel_bridge.build",
+            "otel_bridge.pipeline",
             "otel_bridge.records",
             "otel_bridge.signals",
             "otel_bridge.teardown",
-            "otel_bridge.meter_provider",
             "otel_bridge.step_queue",
             "otel_bridge.bridge_phases",
-            "otel_bridge.tracing",
-            "otel_bridge.trainer_values",
         ),
     ),
-    ("pipeline", ("otel_bridge.reader", "otel_bridge.producers", "otel_bridge.exporters")),
+    (
+        "pipeline",
+        ("otel_bridge.reader", "otel_bridge.pipeline.reader", "otel_bridge.producers", "otel_bridge.exporters"),
+    ),
     # config sits beside prometheus/: it validates names with prometheus/promql.py's patterns, and
     # prometheus/connect.py builds a client from it (module by module, no cycle)
     (
@@ -60,7 +60,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         (
             "otel_bridge.schema",
             "otel_bridge.window",
-            "otel_bridge.phases",
+            "otel_bridge.pipeline.phases",
             "otel_bridge.prometheus_names",
         ),
     ),
@@ -73,6 +73,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.config.load",
             "otel_bridge.config.messages",
             "otel_bridge.suppression",
+            "otel_bridge.pipeline.infra_deadline",
         ),
     ),
 )

@@ -1,10 +1,11 @@
 """``otel-bridge doctor`` checks of the configured metrics: each returns series now (through Prometheus or the
 rollout endpoints), a run reads it, and none uses a name vLLM removed.
 
-"A run reads it" is checked the way a run reads it: the producer is built by :func:`otel_bridge.build.build_producers`
-from the same config, started (the start-up check: metadata for entries without ``type``, the one query of every
-expression, targets, boundaries, recording rules) and asked for one step's window between two boundaries, so the
-queries are the run's own; doctor cannot pass where a run fails to start or records nothing for a metric.
+"A run reads it" is checked the way a run reads it: the producer is built by
+:func:`otel_bridge.pipeline.build.build_producers` from the same config, started (the start-up check: metadata for
+entries without ``type``, the one query of every expression, targets, boundaries, recording rules) and asked for one
+step's window between two boundaries, so the queries are the run's own; doctor cannot pass where a run fails to start or
+records nothing for a metric.
 """
 
 from __future__ import annotations
@@ -133,9 +134,9 @@ class MetricChecks(CheckRecorder):
     def read_one_step(self, config: BridgeConfig, url: str | None) -> StepReading | None:
         """``step``: build and start the producer as a run does, and read one step's window between two
         boundaries; ``None`` (a failed check) when a run would not start or its first step fails."""
-        from otel_bridge.build import build_producers
         from otel_bridge.errors import ConfigError
         from otel_bridge.health import Health
+        from otel_bridge.pipeline.build import build_producers
         from otel_bridge.producers.base import ProducerLifecycle, metrics_of
         from otel_bridge.window import StepWindow
 

@@ -66,7 +66,7 @@ def test_phases_between_log_calls_join_the_step_that_log_closes(tmp_path: Path) 
 
 def test_a_phase_left_open_ends_at_the_step_boundary(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with bridge(tmp_path) as b:
-        with caplog.at_level(logging.WARNING, logger="otel_bridge.phases"), b.step(1):
+        with caplog.at_level(logging.WARNING, logger="otel_bridge.pipeline.phases"), b.step(1):
             b.begin_phase("gen")
         b.end_phase("gen")  # already ended by the boundary: nothing to do
         with b.step(2):

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from otel_bridge import Bridge
-from otel_bridge.tracing import traces_endpoint
+from otel_bridge.pipeline.tracing import traces_endpoint
 from tests.conftest import Replica
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 

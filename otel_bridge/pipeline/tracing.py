@@ -32,7 +32,7 @@ from opentelemetry.sdk.resources import Resource
 from otel_bridge.config import OTelConfig
 from otel_bridge.exporters.naming import PHASE_PREFIX
 from otel_bridge.exporters.record import StepRecord
-from otel_bridge.phases import Phase
+from otel_bridge.pipeline.phases import Phase
 from otel_bridge.window import StepWindow
 
 if TYPE_CHECKING:

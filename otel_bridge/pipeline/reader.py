@@ -37,9 +37,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
-from otel_bridge.phases import Phase
+from otel_bridge.pipeline.infra_deadline import InfraDeadline
+from otel_bridge.pipeline.phases import Phase
 from otel_bridge.producers.base import MetricProducer, metrics_of
-from otel_bridge.producers.deadline import InfraDeadline
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import gauge_metric
 from otel_bridge.suppression import instrumentation_suppressed

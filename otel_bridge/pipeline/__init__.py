@@ -1,0 +1,11 @@
+"""The pipeline behind the facade: configuration in, one record per step out.
+
+- :mod:`~otel_bridge.pipeline.build`: the configuration made into producers, their target watchers and the trackers;
+- :mod:`~otel_bridge.pipeline.meter_provider`: the MeterProvider and its extra readers (``/metrics``, OTLP);
+- :mod:`~otel_bridge.pipeline.reader`: :class:`~otel_bridge.pipeline.reader.StepMetricReader`, the OpenTelemetry
+  MetricReader that collects at step boundaries, and :mod:`~otel_bridge.pipeline.infra_deadline`, the deadline of a
+  step's infrastructure readings;
+- :mod:`~otel_bridge.pipeline.phases`: the phases of a step, as the training thread marks them;
+- :mod:`~otel_bridge.pipeline.trainer_values`: what ``bridge.log()`` accepts from the trainer;
+- :mod:`~otel_bridge.pipeline.tracing`: each delivered step as an OpenTelemetry trace.
+"""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,15 +52,14 @@ from otel_bridge.pipeline.meter_provider import (
 )
 from otel_bridge.pipeline.phases import PhaseLog
 from otel_bridge.pipeline.reader import StepMetricReader
+from otel_bridge.pipeline.record_store import RecordStore
 from otel_bridge.pipeline.tracing import build_step_tracer
 from otel_bridge.pipeline.trainer_values import check_keys, check_step, trainer_numbers
+from otel_bridge.pipeline.worker import DeliveryWorker, StepJob, StepQueue, ranges, run_within
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.records import RecordStore
 from otel_bridge.signals import exit_on_sigterm
-from otel_bridge.step_queue import StepJob, StepQueue, ranges
 from otel_bridge.suppression import instrumentation_suppressed
-from otel_bridge.teardown import run_within
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
@@ -159,8 +157,7 @@ class Bridge(PhaseMarks):
             warn=self._warn,
             on_full=self.reader.abandon_infra,
         )
-        self._worker = threading.Thread(target=self._deliver, name="otel-bridge-delivery", daemon=True)
-        self._worker.start()
+        self._worker = DeliveryWorker(self._jobs, self.reader, self._records, self._tracer)
         self._open_step: int | None = None
         self._open_start = 0.0
         self._open_values: dict[str, float] = {}
@@ -331,18 +328,6 @@ class Bridge(PhaseMarks):
         self._last_step, self._last_boundary = step, end
 
     # -- delivery ----------------------------------------------------------------------------------------------------
-
-    def _deliver(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            try:
-                self.reader.export_window(job.window, job.instruments, job.values, produce=job.infra, phases=job.phases)
-                if self._tracer is not None:
-                    self._tracer.trace(job.window, job.phases, self._records.get(job.window.step))
-            except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
-                _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
 
     def collect(self, step: int, timeout_s: float = 60.0) -> dict[str, float]:
         """The record delivered for ``step`` as ``{key: value}``, waiting for its delivery (up to ``timeout_s``)."""

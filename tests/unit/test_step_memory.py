@@ -14,7 +14,7 @@ import tracemalloc
 from pathlib import Path
 
 from otel_bridge import Bridge
-from otel_bridge.records import KEPT_RECORDS
+from otel_bridge.pipeline.record_store import KEPT_RECORDS
 
 MORE_STEPS = 4000
 BOUND_BYTES = 20_000  # one small object kept per step would be 160 KB
@@ -24,7 +24,10 @@ def held_by_the_bridge() -> int:
     """Bytes allocated by ``otel_bridge`` code, other than the record store, and still alive."""
     gc.collect()
     snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(True, "*/otel_bridge/*"), tracemalloc.Filter(False, "*/otel_bridge/records.py")]
+        [
+            tracemalloc.Filter(True, "*/otel_bridge/*"),
+            tracemalloc.Filter(False, "*/otel_bridge/pipeline/record_store.py"),
+        ]
     )
     return sum(stat.size for stat in snapshot.statistics("filename"))
 

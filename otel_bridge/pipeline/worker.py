@@ -1,12 +1,23 @@
-"""The bounded queue between the training thread and the delivery worker, with its policy when full.
+"""The delivery worker: the steps' queue from the training thread, the thread that delivers each step, and the
+close-time teardown under a deadline.
 
-When the worker falls behind (typically: slow Prometheus queries) and ``queue_size`` steps are waiting, ``put`` blocks
-for at most ``max_block_s``; if the queue is still full it drops the *infrastructure readings* of every waiting step
-(their records are then assembled without querying producers, and say so in their notes), stops the wait for the
-step being assembled (``on_full``: its record goes out with the infrastructure missing), and waits up to another
-``max_block_s`` for the worker to make room, which takes it milliseconds. The trainer's own metrics are never dropped;
-each drop is counted in ``otel_bridge/dropped_infra_steps``. Only a worker that is stuck outside the producers (which
-have their own deadline) makes the queue exceed ``queue_size``, and that is logged as an error.
+**The queue.** :class:`StepQueue` is bounded. When the worker falls behind (typically: slow Prometheus queries) and
+``queue_size`` steps are waiting, ``put`` blocks for at most ``max_block_s``; if the queue is still full it drops the
+*infrastructure readings* of every waiting step (their records are then assembled without querying producers, and say so
+in their notes), stops the wait for the step being assembled (``on_full``: its record goes out with the infrastructure
+missing), and waits up to another ``max_block_s`` for the worker to make room, which takes it milliseconds. The
+trainer's own metrics are never dropped; each drop is counted in ``otel_bridge/dropped_infra_steps``. Only a worker that
+is stuck outside the producers (which have their own deadline) makes the queue exceed ``queue_size``, and that is logged
+as an error.
+
+**The worker.** :class:`DeliveryWorker` takes each queued step, has the reader assemble and export it (the producers'
+readings, one record to every tracker), and traces it. The records it delivered are kept in the
+:class:`~otel_bridge.pipeline.record_store.RecordStore` for ``Bridge.collect()`` and ``Bridge.record()``.
+
+**Teardown.** :func:`run_within` runs the parts of ``Bridge.close()`` (the infrastructure sources, the MeterProvider's
+shutdown with its OTLP push, the trainer's ``/metrics`` endpoint) each on a thread of its own, in order; a part still
+running at the deadline is left behind on its daemon thread and named, so ``close()`` returns by ``close_timeout_s``
+whatever a collector or a source does.
 """
 
 from __future__ import annotations
@@ -23,6 +34,9 @@ from opentelemetry.sdk.metrics.export import ResourceMetrics
 
 from otel_bridge.health import DROPPED_INFRA, Health
 from otel_bridge.pipeline.phases import Phase
+from otel_bridge.pipeline.reader import StepMetricReader
+from otel_bridge.pipeline.record_store import RecordStore
+from otel_bridge.pipeline.tracing import StepTracer
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 
@@ -144,6 +158,68 @@ class StepQueue:
             self._jobs.clear()
             self._cond.notify_all()
             return steps
+
+
+class DeliveryWorker:
+    """The delivery thread (``otel-bridge-delivery``): takes each job off ``jobs``, has ``reader`` assemble and export
+    it, and traces the step with ``tracer``. A step that fails is logged; the thread goes on with the next one."""
+
+    def __init__(
+        self, jobs: StepQueue, reader: StepMetricReader, records: RecordStore, tracer: StepTracer | None
+    ) -> None:
+        self._jobs = jobs
+        self._reader = reader
+        self._records = records
+        self._tracer = tracer
+        self._thread = threading.Thread(target=self._run, name="otel-bridge-delivery", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self._reader.export_window(
+                    job.window, job.instruments, job.values, produce=job.infra, phases=job.phases
+                )
+                if self._tracer is not None:
+                    self._tracer.trace(job.window, job.phases, self._records.get(job.window.step))
+            except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
+                _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the thread to end (it ends once the queue is closed and empty)."""
+        self._thread.join(timeout_s)
+
+    def is_alive(self) -> bool:
+        """Whether the thread is still delivering."""
+        return self._thread.is_alive()
+
+
+TEARDOWN_GRACE_S = 0.1
+"""Each part of the teardown gets at least this long, even when the deadline has passed."""
+
+
+def run_within(parts: Sequence[tuple[str, Callable[[], None]]], deadline: float) -> tuple[str, ...]:
+    """Run ``parts`` (``(what, function)``) one after the other until ``deadline`` (``time.monotonic()``); returns the
+    names of the parts left running. A part that raises is logged with its traceback and the next one runs."""
+    abandoned: list[str] = []
+    for what, part in parts:
+
+        def run(what: str = what, part: Callable[[], None] = part) -> None:
+            try:
+                part()
+            except Exception:  # noqa: BLE001 - one part's failure must not stop the rest of the teardown
+                _log.exception("otel-bridge: close(): %s failed", what)
+
+        thread = threading.Thread(target=run, name="otel-bridge-close", daemon=True)
+        thread.start()
+        thread.join(max(TEARDOWN_GRACE_S, deadline - time.monotonic()))
+        if thread.is_alive():
+            abandoned.append(what)
+            _log.error("otel-bridge: close() left %s running past its deadline (delivery.close_timeout_s)", what)
+    return tuple(abandoned)
 
 
 def ranges(steps: list[int]) -> str:

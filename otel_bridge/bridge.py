@@ -120,7 +120,6 @@ class Bridge(PhaseMarks):
                 [*created, *backends] if self.delivers else [],
                 infra_prefix=prefix,
                 health=self.health,
-                on_record=self._records.add,
                 warn_interval_s=delivery.warn_interval_s,
                 retries=delivery.backend_retries,
                 backoff_s=delivery.backend_backoff_s,

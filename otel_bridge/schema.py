@@ -5,7 +5,8 @@ three import it from here, so none of them depends on another for it.
 
 Each ``MetricsData`` carries the window itself as the scope :data:`WINDOW_SCOPE` (metric :data:`STEP_METRIC`: value =
 step, ``start_time_unix_nano`` = window start or 0, ``time_unix_nano`` = window end), so an exporter needs nothing
-else to place the record.
+else to place the record. How the step went (its infrastructure readings dropped or late, the step interrupted) is not
+part of it: those flags travel beside it as data (:class:`~otel_bridge.exporters.record.StepFlags`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,6 @@ STEP_METRIC: Final = "otel_bridge.step"
 """The window metric: value = step, start/time = the window's boundaries."""
 STAT_ATTRIBUTE: Final = "otel_bridge.stat"
 """Data-point attribute naming the window statistic (``delta``, ``max``, ``p99``...)."""
-INFRA_DROPPED_ATTRIBUTE: Final = "otel_bridge.infra_dropped"
-"""Attribute of the window metric when the step's infrastructure readings were dropped."""
-INFRA_LATE_ATTRIBUTE: Final = "otel_bridge.infra_late"
-"""Attribute of the window metric when the step's infrastructure readings missed ``delivery.produce_timeout_s``."""
-INTERRUPTED_ATTRIBUTE: Final = "otel_bridge.interrupted"
-"""Attribute of the window metric when the step did not end normally (an exception, SIGTERM, or closed while open)."""
 PHASE_SCOPE: Final = "otel_bridge.phase"
 """Scope of the per-phase readings: :data:`PHASE_SECONDS_METRIC` and the producers' metrics over each phase's window,
 every point carrying :data:`PHASE_ATTRIBUTE` and stamped with the phase's window."""

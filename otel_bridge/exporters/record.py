@@ -1,4 +1,4 @@
-"""The record every backend receives: one per training step."""
+"""The record every backend receives, one per training step, and the flags that say how its step went."""
 
 from __future__ import annotations
 
@@ -21,3 +21,19 @@ class StepRecord:
     time: float
     window_start: float | None
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepFlags:
+    """What happened to a step besides its values, handed with its ``MetricsData`` from the reader to the exporter;
+    each flag set becomes a note of the step's record.
+
+    ``infra_dropped``: the step's infrastructure readings were not asked for (the step queue was full, or ``close()``
+    ran out of time); ``infra_late``: the sources did not answer within ``delivery.produce_timeout_s``;
+    ``interrupted``: the step did not end normally (an exception or SIGTERM left its block, or ``close()`` ended it
+    while open).
+    """
+
+    infra_dropped: bool = False
+    infra_late: bool = False
+    interrupted: bool = False

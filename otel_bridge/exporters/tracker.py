@@ -2,7 +2,8 @@
 
 Flattening rules (all key rules live in :mod:`otel_bridge.exporters.naming`):
 
-- scope ``otel_bridge.window``: the step and its window (not a key);
+- scope ``otel_bridge.window``: the step and its window (not a key); the step's flags come beside the data
+  (:class:`~otel_bridge.exporters.record.StepFlags`) and become the record's notes;
 - scope ``otel_bridge.infrastructure``: ``<prefix>/<metric name with ':' as '/'>/<stat>[/<label>.<value>...]``;
 - scope ``otel_bridge.trainer`` (``bridge.log()``): the trainer's own keys, as given (made valid for every backend);
 - scope ``otel_bridge.phase``: ``phase/<phase>/seconds`` and ``phase/<phase>/<infrastructure key>`` (the phase's
@@ -25,7 +26,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
@@ -42,15 +43,12 @@ from opentelemetry.sdk.metrics.export import (
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus, finish_all
 from otel_bridge.exporters.naming import KeyRegistry, infra_key, instrument_key, phase_key, sanitize_key, trainer_key
-from otel_bridge.exporters.record import StepRecord
+from otel_bridge.exporters.record import StepFlags, StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import (
     HEALTH_SCOPE,
-    INFRA_DROPPED_ATTRIBUTE,
-    INFRA_LATE_ATTRIBUTE,
     INFRA_SCOPE,
-    INTERRUPTED_ATTRIBUTE,
     PHASE_ATTRIBUTE,
     PHASE_SCOPE,
     PHASE_SECONDS_METRIC,
@@ -62,6 +60,7 @@ from otel_bridge.schema import (
 
 _log = logging.getLogger(__name__)
 
+_NO_FLAGS = StepFlags()
 FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
 INFRA_DROPPED_NOTE = "infrastructure readings dropped: the delivery queue was full (see delivery.max_block_s)"
 INFRA_LATE_NOTE = (
@@ -83,7 +82,6 @@ class TrackerExporter(MetricExporter):
         *,
         infra_prefix: str = "rollout",
         health: Health | None = None,
-        on_record: Callable[[StepRecord], None] | None = None,
         warn_interval_s: float = 60.0,
         retries: int = 3,
         backoff_s: float = 0.5,
@@ -92,7 +90,6 @@ class TrackerExporter(MetricExporter):
         super().__init__()
         self._prefix = infra_prefix
         self._health = health or Health()
-        self._on_record = on_record
         self._keys = KeyRegistry()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._lock = threading.Lock()
@@ -123,8 +120,15 @@ class TrackerExporter(MetricExporter):
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         """Flatten one step's MetricsData and queue the record for every backend (no backend I/O here)."""
-        self.write(self.flatten(metrics_data))
+        self.export_step(metrics_data)
         return MetricExportResult.SUCCESS
+
+    def export_step(self, metrics_data: MetricsData, flags: StepFlags = _NO_FLAGS) -> StepRecord:
+        """:meth:`export` for the step reader: the step's ``flags`` come with its data, and the record is returned (to
+        the delivery worker, which keeps it and traces the step)."""
+        record = self.flatten(metrics_data, flags)
+        self.write(record)
+        return record
 
     def write(self, record: StepRecord) -> None:
         """Queue ``record`` for every backend, in step order (nothing in a forked child: the backends are the
@@ -136,8 +140,6 @@ class TrackerExporter(MetricExporter):
                 raise RuntimeError("TrackerExporter is shut down")
             for worker in self._workers:
                 worker.submit(record)
-        if self._on_record is not None:
-            self._on_record(record)
 
     @property
     def forked(self) -> bool:
@@ -150,21 +152,18 @@ class TrackerExporter(MetricExporter):
             return list(self._report)
         return [w.status() for w in self._workers]
 
-    def flatten(self, metrics_data: MetricsData) -> StepRecord:
-        """The step record a ``MetricsData`` describes (see the module docstring for the key rules)."""
+    def flatten(self, metrics_data: MetricsData, flags: StepFlags = _NO_FLAGS) -> StepRecord:
+        """The step record a ``MetricsData`` describes, with the notes its step's ``flags`` call for (see the module
+        docstring for the key rules)."""
         step: int | None = None
         start: float | None = None
         end = 0.0
-        infra_dropped = interrupted = infra_late = False
         values: dict[str, float] = {}
         nonfinite = 0
         for scope_name, metric_name, point in _points(metrics_data):
             if scope_name == WINDOW_SCOPE:
                 if metric_name == STEP_METRIC and isinstance(point, NumberDataPoint):
                     step = int(point.value)
-                    infra_dropped = bool((point.attributes or {}).get(INFRA_DROPPED_ATTRIBUTE))
-                    interrupted = bool((point.attributes or {}).get(INTERRUPTED_ATTRIBUTE))
-                    infra_late = bool((point.attributes or {}).get(INFRA_LATE_ATTRIBUTE))
                     start = point.start_time_unix_nano / 1e9 if point.start_time_unix_nano else None
                     end = point.time_unix_nano / 1e9
                 continue
@@ -178,9 +177,9 @@ class TrackerExporter(MetricExporter):
         self._health.count(NONFINITE_VALUES, nonfinite)
         notes = (
             ((FIRST_STEP_NOTE,) if start is None else ())
-            + ((INFRA_DROPPED_NOTE,) if infra_dropped else ())
-            + ((INFRA_LATE_NOTE,) if infra_late else ())
-            + ((INTERRUPTED_NOTE,) if interrupted else ())
+            + ((INFRA_DROPPED_NOTE,) if flags.infra_dropped else ())
+            + ((INFRA_LATE_NOTE,) if flags.infra_late else ())
+            + ((INTERRUPTED_NOTE,) if flags.interrupted else ())
         )
         return StepRecord(step=step, values=values, time=end, window_start=start, notes=notes)
 

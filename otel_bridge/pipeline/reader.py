@@ -2,7 +2,9 @@
 
 At a boundary it takes the SDK's own instruments (in memory, fast: done on the training thread) and, later on the
 delivery worker, every producer's readings for the step's window (:class:`~otel_bridge.producers.base.MetricProducer`:
-the SDK's proposed MetricProducer, told the window), and hands one ``MetricsData`` to its exporter.
+the SDK's proposed MetricProducer, told the window), and hands one ``MetricsData`` to its exporter, with the step's
+flags (:class:`~otel_bridge.exporters.record.StepFlags`: its readings dropped or late, the step interrupted) as data
+beside it; the exporter's record comes back to the delivery worker.
 
 The shape of the ``MetricsData`` it assembles (scopes, attributes, the window metric) is defined in
 :mod:`otel_bridge.schema`.
@@ -24,7 +26,6 @@ from opentelemetry.sdk.metrics.export import (
     Gauge,
     HistogramDataPoint,
     Metric,
-    MetricExporter,
     MetricReader,
     MetricsData,
     ResourceMetrics,
@@ -36,6 +37,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.exporters.record import StepFlags, StepRecord
+from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
 from otel_bridge.pipeline.infra_deadline import InfraDeadline
 from otel_bridge.pipeline.phases import Phase
@@ -65,7 +68,7 @@ class StepMetricReader(MetricReader):
 
     def __init__(
         self,
-        exporter: MetricExporter,
+        exporter: TrackerExporter,
         producers: Sequence[MetricProducer] = (),
         *,
         health: Health | None = None,
@@ -152,23 +155,22 @@ class StepMetricReader(MetricReader):
         *,
         produce: bool = True,
         phases: Sequence[Phase] = (),
-    ) -> MetricsData:
-        """One MetricsData for ``window``: window, instrument snapshot, trainer values, producers, health, phases.
+    ) -> tuple[MetricsData, StepFlags]:
+        """One MetricsData for ``window`` (window, instrument snapshot, trainer values, producers, health, phases) and
+        the step's flags.
 
-        With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped) and the
-        window metric carries the attribute ``otel_bridge.infra_dropped``; the phases' durations are still recorded.
-        Readings that miss ``produce_timeout_s`` are left out the same way, with ``otel_bridge.infra_late``.
+        With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped:
+        ``infra_dropped``); the phases' durations are still recorded. Readings that miss ``produce_timeout_s`` are
+        left out the same way (``infra_late``). A window that did not end normally is ``interrupted``.
         """
-        window_attributes: dict[str, bool] = {} if produce else {schema.INFRA_DROPPED_ATTRIBUTE: True}
-        if window.interrupted:
-            window_attributes[schema.INTERRUPTED_ATTRIBUTE] = True
         produced = self._produce_in_time(window, phases) if produce else None
-        if produce and produced is None:
-            window_attributes[schema.INFRA_LATE_ATTRIBUTE] = True
+        flags = StepFlags(
+            infra_dropped=not produce, infra_late=produce and produced is None, interrupted=window.interrupted
+        )
         scopes = [
             ScopeMetrics(
                 scope=InstrumentationScope(schema.WINDOW_SCOPE),
-                metrics=[gauge_metric(schema.STEP_METRIC, [(window_attributes, float(window.step))], window)],
+                metrics=[gauge_metric(schema.STEP_METRIC, [({}, float(window.step))], window)],
                 schema_url="",
             )
         ]
@@ -188,7 +190,7 @@ class StepMetricReader(MetricReader):
         if health:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.HEALTH_SCOPE), metrics=health, schema_url=""))
         own = ResourceMetrics(resource=self._resource, scope_metrics=scopes, schema_url="")
-        return MetricsData(resource_metrics=[own, *instruments])
+        return MetricsData(resource_metrics=[own, *instruments]), flags
 
     def _produce_in_time(
         self, window: StepWindow, phases: Sequence[Phase]
@@ -272,23 +274,23 @@ class StepMetricReader(MetricReader):
         *,
         produce: bool = True,
         phases: Sequence[Phase] = (),
-    ) -> MetricsData:
-        """Assemble the step's MetricsData and hand it to the exporter.
+    ) -> StepRecord | None:
+        """Assemble the step's MetricsData and hand it, with its flags, to the exporter; the step's record (``None``
+        when it was not delivered: the MeterProvider holding this reader was shut down).
 
         The producers' queries and scrapes run here, with instrumentation suppressed (as the SDK's periodic reader
         exports): an instrumented ``requests`` in the trainer does not record the bridge's own HTTP calls.
         """
         with instrumentation_suppressed():
-            data = self.assemble(window, instruments, trainer_values, produce=produce, phases=phases)
+            data, flags = self.assemble(window, instruments, trainer_values, produce=produce, phases=phases)
             if self._exporter_closed:
                 self._warn.error(
                     "export-after-shutdown",
                     "step %d is not delivered: the MeterProvider holding the bridge's reader was shut down",
                     window.step,
                 )
-            else:
-                self._exporter.export(data)
-        return data
+                return None
+            return self._exporter.export_step(data, flags)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         """Wait until every tracker has written the records of the steps delivered so far; ``False`` on timeout.

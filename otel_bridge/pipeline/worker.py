@@ -162,7 +162,8 @@ class StepQueue:
 
 class DeliveryWorker:
     """The delivery thread (``otel-bridge-delivery``): takes each job off ``jobs``, has ``reader`` assemble and export
-    it, and traces the step with ``tracer``. A step that fails is logged; the thread goes on with the next one."""
+    it, keeps the record it gets back in ``records`` and traces the step with ``tracer`` (one path: the record goes
+    from the exporter to both). A step that fails is logged; the thread goes on with the next one."""
 
     def __init__(
         self, jobs: StepQueue, reader: StepMetricReader, records: RecordStore, tracer: StepTracer | None
@@ -180,11 +181,13 @@ class DeliveryWorker:
             if job is None:
                 return
             try:
-                self._reader.export_window(
+                record = self._reader.export_window(
                     job.window, job.instruments, job.values, produce=job.infra, phases=job.phases
                 )
+                if record is not None:
+                    self._records.add(record)
                 if self._tracer is not None:
-                    self._tracer.trace(job.window, job.phases, self._records.get(job.window.step))
+                    self._tracer.trace(job.window, job.phases, record)
             except Exception:  # noqa: BLE001 - the worker must survive anything one step throws at it
                 _log.exception("otel-bridge: step %d could not be delivered", job.window.step)
 

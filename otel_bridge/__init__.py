@@ -4,7 +4,7 @@ Public API: :class:`Bridge`, :class:`BridgeConfig`, :class:`StepWindow`, :class:
 :class:`TrackerExporter`, :class:`MetricProducer`, the producers, and the typed errors.
 """
 
-from otel_bridge.bridge import Bridge, DeliveryReport
+from otel_bridge.bridge import Bridge, install
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import (
     BackendError,
@@ -25,9 +25,9 @@ from otel_bridge.errors import (
     ScrapeError,
     StepOrderError,
 )
+from otel_bridge.exporters.delivery import DeliveryReport
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
-from otel_bridge.global_install import install
 from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.producers import MetricProducer, PromQLProducer, ScrapeProducer
 from otel_bridge.window import StepWindow

@@ -1,4 +1,5 @@
-"""The facade: builds the pipeline from config and marks training steps.
+"""The facade: builds the pipeline from config and marks training steps and their phases; :func:`install` makes its
+MeterProvider the global one.
 
 ::
 
@@ -15,6 +16,15 @@
 marks the window ``(previous boundary, now]`` itself. Either way the boundary only snapshots in-memory instruments and
 enqueues the step: queries, scrapes and tracker writes run on a worker thread, and records reach every
 tracker in step order.
+
+``with bridge.phase("gen")`` marks a phase of the step the same way and costs less: a timestamp, the producers'
+non-blocking ``on_boundary(t)`` (the scrape producer scrapes on its sampler thread, the PromQL producer notes the time)
+and a list append. The phases' windows are produced on the delivery worker with the step's
+(:mod:`otel_bridge.pipeline.phases`).
+
+SIGTERM handling is opt-in (:meth:`Bridge.handle_sigterm`): a library must not take over a process' signals by
+default (verl, Ray, torchrun and Lightning install their own), so nothing here changes them unless asked for:
+``run.handle_sigterm: true``, :meth:`Bridge.handle_sigterm`, or :func:`install`.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import signal
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,12 +45,11 @@ from typing import Any
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
-from otel_bridge.bridge_phases import PhaseMarks
 from otel_bridge.config import BridgeConfig
 from otel_bridge.discovery import RolloutServers, TargetWatcher
-from otel_bridge.errors import BridgeClosedError, StepOrderError
+from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend
-from otel_bridge.exporters.delivery import DeliveryReport as DeliveryReport
+from otel_bridge.exporters.delivery import DeliveryReport
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import Health
@@ -58,14 +69,13 @@ from otel_bridge.pipeline.trainer_values import check_keys, check_step, trainer_
 from otel_bridge.pipeline.worker import DeliveryWorker, StepJob, StepQueue, ranges, run_within
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.signals import exit_on_sigterm
 from otel_bridge.suppression import instrumentation_suppressed
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 
 
-class Bridge(PhaseMarks):
+class Bridge:
     """Infrastructure and trainer metrics into trackers, one record per training step.
 
     Build it with :meth:`from_config`. Thread-safety: call ``step``/``log`` from one training thread.
@@ -326,6 +336,44 @@ class Bridge(PhaseMarks):
         self._pending = StepJob(window, self.reader.snapshot_instruments(), values, phases=self._phase_log.take(end))
         self._last_step, self._last_boundary = step, end
 
+    # -- phase boundaries --------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Mark phase ``name`` of the current step (``gen``, ``update_actor``...): its window is the ``with`` block.
+
+        The step's record gets ``phase/<name>/seconds`` and every configured infrastructure statistic computed over
+        the phase's window, as ``phase/<name>/<key>`` (README: Phases and traces). Phases do not nest; a name used
+        twice in one step becomes ``<name>_2``. Same as :meth:`begin_phase` + :meth:`end_phase`.
+        """
+        self.begin_phase(name)
+        try:
+            yield
+        finally:
+            self.end_phase(name)
+
+    def begin_phase(self, name: str) -> None:
+        """Start phase ``name`` now (for callbacks that cannot wrap a ``with`` block).
+
+        Raises :class:`~otel_bridge.errors.StepOrderError` while another phase is open.
+        """
+        self._check_open()
+        t = time.time()
+        self._phase_log.begin(name, t)
+        self._boundary(t)
+
+    def end_phase(self, name: str) -> None:
+        """End phase ``name`` now. A phase still open at a step boundary ends there (with a warning); ending it
+        afterwards does nothing."""
+        t = time.time()
+        if self._phase_log.end(name, t):
+            self._boundary(t)
+
+    @property
+    def current_phase(self) -> str | None:
+        """The phase open now, or ``None``."""
+        return self._phase_log.open_name
+
     # -- delivery ----------------------------------------------------------------------------------------------------
 
     def collect(self, step: int, timeout_s: float = 60.0) -> dict[str, float]:
@@ -347,7 +395,7 @@ class Bridge(PhaseMarks):
         action; a handler installed by the trainer or its framework is never replaced. Returns whether the handler
         is in place.
         """
-        return exit_on_sigterm()
+        return _exit_on_sigterm()
 
     def close(self, timeout_s: float | None = None) -> DeliveryReport:
         """Deliver every pending step (up to ``timeout_s``, default ``delivery.close_timeout_s``), then shut down.
@@ -438,3 +486,79 @@ class Bridge(PhaseMarks):
 def _startup_timeout(config: BridgeConfig) -> float:
     """The infrastructure source's ``timeout_s``: the longest a ``startup: degrade`` start waits for its checks."""
     return config.prometheus.timeout_s if config.resolved_source() == "promql" else config.scrape.timeout_s
+
+
+def install(
+    config: str | Path | Mapping[str, Any] | BridgeConfig | None = None, *, handle_sigterm: bool = True
+) -> Bridge:
+    """Build a :class:`Bridge` and make its MeterProvider the global OpenTelemetry one.
+
+    After this, ``opentelemetry.metrics.get_meter(...)`` anywhere in the trainer creates instruments that land in the
+    per-step record (and, as configured under ``otel``, on a Prometheus ``/metrics`` endpoint and an OTLP collector)::
+
+        bridge = otel_bridge.install("otel-bridge.yaml")
+
+    Unless ``handle_sigterm=False``, SIGTERM then raises ``SystemExit(143)`` so the records of finished steps are
+    delivered before exit (:meth:`Bridge.handle_sigterm`). Raises :class:`~otel_bridge.errors.ConfigError` when
+    another global MeterProvider is already installed (OTel allows setting it once per process).
+    """
+    from opentelemetry import metrics
+
+    if _global_provider_is_set():  # refuse before anything starts: no tracker run, no OTel override warning
+        raise _already_set()
+    bridge = Bridge.from_config(config)
+    metrics.set_meter_provider(bridge.meter_provider)
+    if metrics.get_meter_provider() is not bridge.meter_provider:  # another thread set one meanwhile
+        bridge.close()
+        raise _already_set()
+    if handle_sigterm:
+        bridge.handle_sigterm()
+    return bridge
+
+
+def _global_provider_is_set() -> bool:
+    """Whether a global MeterProvider is set (or named by ``OTEL_PYTHON_METER_PROVIDER``, which loads it now).
+
+    OpenTelemetry has no public way to ask: until one is set, ``get_meter_provider()`` returns its proxy provider.
+    When that class cannot be found (another API version), the check after ``set_meter_provider`` still refuses.
+    """
+    from opentelemetry import metrics
+
+    try:
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+    except ImportError:  # pragma: no cover - depends on the installed opentelemetry-api
+        return False
+    return not isinstance(metrics.get_meter_provider(), _ProxyMeterProvider)
+
+
+def _already_set() -> ConfigError:
+    return ConfigError(
+        "a global OpenTelemetry MeterProvider is already set in this process (OTel allows one): call "
+        "otel_bridge.install() before anything else sets it, or add the bridge to that provider: "
+        "Bridge.from_config(config, meter_provider=opentelemetry.metrics.get_meter_provider())"
+    )
+
+
+def _raise_system_exit(signum: int, frame: object) -> None:
+    """The SIGTERM handler: exit through ``SystemExit(128 + signum)`` so cleanup runs."""
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_sigterm() -> bool:
+    """Make SIGTERM raise ``SystemExit(143)`` when that is safe; ``True`` when the handler is (now) in place.
+
+    Only on the main thread and only when SIGTERM still has its default action: a handler the trainer (or its
+    framework) installed is never replaced. With the default action the process would die without running the
+    ``atexit`` hook that delivers the records of finished steps.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(signal.SIGTERM)
+    if current is _raise_system_exit:
+        return True
+    if current is not signal.SIG_DFL:
+        _log.info("otel-bridge: SIGTERM already has a handler (%r); it is left in place", current)
+        return False
+    signal.signal(signal.SIGTERM, _raise_system_exit)
+    _log.debug("otel-bridge: SIGTERM now raises SystemExit so pending records are delivered before exit")
+    return True

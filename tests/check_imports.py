@@ -30,10 +30,7 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
         "facade",
         (
             "otel_bridge.bridge",
-            "otel_bridge.global_install",
             "otel_bridge.pipeline",
-            "otel_bridge.signals",
-            "otel_bridge.bridge_phases",
         ),
     ),
     (

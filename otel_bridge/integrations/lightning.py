@@ -48,10 +48,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.bridge import Bridge, DeliveryReport
+from otel_bridge.bridge import Bridge
 from otel_bridge.config import BridgeConfig, RunConfig
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.delivery import DeliveryReport
 from otel_bridge.integrations import LATE_VALUES, count_late_values, numeric_items, save_hyperparameters
 from otel_bridge.ratelimit import RateLimitedLogger
 

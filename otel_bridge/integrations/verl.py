@@ -79,11 +79,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from otel_bridge.bridge import Bridge, DeliveryReport
+from otel_bridge.bridge import Bridge
 from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig, read_yaml
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import BACKENDS
+from otel_bridge.exporters.delivery import DeliveryReport
 from otel_bridge.integrations import plain, save_hyperparameters, verl_phases
 from otel_bridge.producers.presets import PRESETS
 from otel_bridge.prometheus.promql import parse_duration

@@ -172,7 +172,8 @@ def thread_names() -> list[str]:
 
 @contextmanager
 def simulated_vllm(count: int, rps: float = 10.0) -> Iterator[list[str]]:
-    """``count`` simulated vLLM servers (``python -m otel_bridge.simulation.vllm --workload``), each its own process.
+    """``count`` simulated vLLM servers (``python -m otel_bridge.tools.simulation.vllm --workload``), each its own
+    process.
 
     Yields their ``host:port``; terminates them by PID on exit.
     """
@@ -181,7 +182,7 @@ def simulated_vllm(count: int, rps: float = 10.0) -> Iterator[list[str]]:
     try:
         for index in range(count):
             process = subprocess.Popen(
-                [sys.executable, "-m", "otel_bridge.simulation.vllm", "--workload", "--seed", str(index), "--rps",
+                [sys.executable, "-m", "otel_bridge.tools.simulation.vllm", "--workload", "--seed", str(index), "--rps",
                  str(rps)],
                 stdout=subprocess.PIPE,
                 text=True,

@@ -324,7 +324,7 @@ def rule_history(dataset: Dataset, workdir: Path, promtool: str = "promtool") ->
     Prometheus does every interval instead of at every step), as the sum of each rule's instant query.
     """
     from otel_bridge.producers.promql.rules import rules_document, rules_for
-    from otel_bridge.prometheus.config_gen import write_rule_file
+    from otel_bridge.tools.prometheus_files import write_rule_file
 
     home = dataset.blocks.parent / "rules"
     manifest = home / "manifest.json"

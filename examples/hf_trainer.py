@@ -26,8 +26,8 @@ from torch import nn
 from transformers import Trainer, TrainingArguments
 
 from otel_bridge import Bridge
-from otel_bridge.demo import simulated_rollout_servers
 from otel_bridge.integrations.huggingface import OtelBridgeCallback
+from otel_bridge.tools.demo import simulated_rollout_servers
 
 _log = logging.getLogger("examples.hf_trainer")
 

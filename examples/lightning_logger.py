@@ -22,8 +22,8 @@ from lightning.pytorch import LightningModule, Trainer, seed_everything
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from otel_bridge.demo import simulated_rollout_servers
 from otel_bridge.integrations.lightning import OtelBridgeLogger
+from otel_bridge.tools.demo import simulated_rollout_servers
 
 _log = logging.getLogger("examples.lightning_logger")
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.demo import simulated_rollout_servers
 from otel_bridge.integrations.verl import Tracking
+from otel_bridge.tools.demo import simulated_rollout_servers
 
 _log = logging.getLogger("examples.verl_tracking")
 

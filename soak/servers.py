@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 import threading
 
-from otel_bridge.simulation.http import MetricsHTTPServer
-from otel_bridge.simulation.vllm import VLLMSimulator
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.vllm import VLLMSimulator
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, free_port
 
 EXPOSITION = {"Content-Type": "text/plain; version=0.0.4"}

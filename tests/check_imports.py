@@ -25,7 +25,7 @@ PACKAGE = "otel_bridge"
 LAYERS: Sequence[tuple[str, Sequence[str]]] = (
     # (layer, module prefixes), highest first
     ("public API", ("otel_bridge",)),  # the package's __init__ only: it re-exports from every layer
-    ("entry points", ("otel_bridge.cli", "otel_bridge.integrations", "otel_bridge.demo")),
+    ("entry points", ("otel_bridge.cli", "otel_bridge.integrations", "otel_bridge.tools")),
     (
         "facade",
         (
@@ -45,7 +45,6 @@ LAYERS: Sequence[tuple[str, Sequence[str]]] = (
             "otel_bridge.prometheus",
             "otel_bridge.http",
             "otel_bridge.discovery",
-            "otel_bridge.simulation",
             "otel_bridge.config",
         ),
     ),

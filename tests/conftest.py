@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from otel_bridge.simulation.http import MetricsHTTPServer
-from otel_bridge.simulation.vllm import VLLMServer, VLLMSimulator
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.vllm import VLLMServer, VLLMSimulator
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 
 pytest_plugins = ["tests.ray_fixtures"]

@@ -92,7 +92,7 @@ def format_table(records: Sequence[StepRecord], keys: Sequence[str] = TABLE_KEYS
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run the demo; the progress bar redraws in place on a terminal and prints every 5 steps otherwise."""
-    from otel_bridge.demo import run_demo
+    from otel_bridge.tools.demo import run_demo
 
     if args.steps < 1:
         raise ConfigError(f"--steps must be at least 1, got {args.steps}")

@@ -18,7 +18,7 @@ import yaml
 from otel_bridge.cli.init import starter_config
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
-from otel_bridge.prometheus.local import find_prometheus_binary
+from otel_bridge.tools.local_prometheus import find_prometheus_binary
 from tests.cli.support import REPO, cli_env, run_cli, write_config
 from tests.helpers.http_servers import free_port
 from tests.helpers.prometheus_server import prometheus_binary

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from otel_bridge import Bridge
-from otel_bridge.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
 from tests.conftest import Replica
 from tests.deploy.support import COLLECTOR_DIR, PROMETHEUS_CONFIG, load_yaml
 from tests.helpers.prometheus_server import PrometheusServer

@@ -1,11 +1,11 @@
 """Continuous simulated rollout traffic with an exact log of what was counted when.
 
-:class:`Traffic` completes requests on a list of :class:`~otel_bridge.simulation.vllm.VLLMSimulator` replicas from one
-background thread, each replica at a steady-ish seeded-random pace (one request every ``min_gap_s``..``max_gap_s``,
+:class:`Traffic` completes requests on a list of :class:`~otel_bridge.tools.simulation.vllm.VLLMSimulator` replicas from
+one background thread, each replica at a steady-ish seeded-random pace (one request every ``min_gap_s``..``max_gap_s``,
 ``1..max_tokens`` generated tokens), right across step boundaries and while scrapes happen. Every completion is logged
 as ``(t, replica, generation_tokens, 1 request)`` where ``t`` is ``time.time()`` read right after the simulator's
-counters were incremented (under the driver's lock, so the log is in time order). A counter increment therefore
-happened at or before its logged ``t``, at most a few microseconds earlier.
+counters were incremented (under the driver's lock, so the log is in time order). A counter increment therefore happened
+at or before its logged ``t``, at most a few microseconds earlier.
 
 The truth of a window ``(start, end]`` is what was logged with ``start < t <= end``; :meth:`Traffic.truth` returns it,
 :meth:`Traffic.near` counts the completions within a band around a time (the tolerances of a test are built from that).
@@ -17,10 +17,10 @@ once it returns, nothing more is counted.
 :meth:`Traffic.restart` restarts one replica's simulated process (counters back to zero, same port) while the others
 keep going; before the restart that replica is held quiet for ``quiet_before_s``, so every observer (Prometheus, the
 bridge's own scrapes) can see its last value. :meth:`Traffic.down` and :meth:`Traffic.up` are a real restart instead
-(:class:`~otel_bridge.simulation.vllm.VLLMServer`): the replica completes requests until its process ends, its port
-refuses connections meanwhile, and the new process counts from zero: what the old process counted after an observer
-last read it is lost to that observer (:meth:`Traffic.lost_before_down` tells how much). :meth:`Traffic.quiet` holds
-all traffic around a moment (e.g. a step boundary) for tests that need exact sums over non-contiguous windows.
+(:class:`~otel_bridge.tools.simulation.vllm.VLLMServer`): the replica completes requests until its process ends, its
+port refuses connections meanwhile, and the new process counts from zero: what the old process counted after an observer
+last read it is lost to that observer (:meth:`Traffic.lost_before_down` tells how much). :meth:`Traffic.quiet` holds all
+traffic around a moment (e.g. a step boundary) for tests that need exact sums over non-contiguous windows.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 
-from otel_bridge.simulation.vllm import VLLMSimulator
+from otel_bridge.tools.simulation.vllm import VLLMSimulator
 
 
 @dataclass(frozen=True, slots=True)

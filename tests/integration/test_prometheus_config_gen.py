@@ -22,8 +22,8 @@ import yaml
 
 from otel_bridge.discovery import parse_service_discovery, read_service_discovery_file
 from otel_bridge.errors import ConfigError
-from otel_bridge.prometheus.config_gen import prometheus_config, write_prometheus_config, write_targets_file
-from otel_bridge.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.prometheus_files import prometheus_config, write_prometheus_config, write_targets_file
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
 from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer, prometheus_binary
 

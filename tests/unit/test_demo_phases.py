@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from otel_bridge.demo import run_demo
+from otel_bridge.tools.demo import run_demo
 
 
 def test_demo_records_gen_and_update_phases(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from otel_bridge.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
 from tests.conftest import FIXTURES
 
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$")

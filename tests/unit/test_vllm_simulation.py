@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from otel_bridge.prometheus.exposition import ExpositionFamily, parse_exposition
-from otel_bridge.simulation import (
+from otel_bridge.tools.simulation import (
     MetricsHTTPServer,
     SimulatedWorkload,
     VLLMServer,
@@ -288,7 +288,16 @@ def test_a_restarted_server_refuses_connections_then_counts_from_zero_with_a_new
 
 def test_the_server_process_restarts_on_sighup_after_its_down_time() -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge.simulation.vllm", "--restart-down-s", "0.5", "--workload", "--rps", "50"],
+        [
+            sys.executable,
+            "-m",
+            "otel_bridge.tools.simulation.vllm",
+            "--restart-down-s",
+            "0.5",
+            "--workload",
+            "--rps",
+            "50",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -434,7 +443,7 @@ def test_http_server_is_quiet_when_a_client_goes_away_mid_answer(capfd: pytest.C
 
 def test_module_runs_as_a_separate_process_printing_one_line() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge.simulation.vllm", "--port", "0", "--model", "m1", "--workload"],
+        [sys.executable, "-m", "otel_bridge.tools.simulation.vllm", "--port", "0", "--model", "m1", "--workload"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

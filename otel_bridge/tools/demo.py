@@ -3,7 +3,7 @@
 No server needs to be installed: two local endpoints serve vLLM 0.32's exact metric names, types and labels, driven by
 a seeded workload, and the bridge reads them straight from ``/metrics`` (the embedded default). With a Prometheus URL it
 uses the PromQL path instead (that Prometheus must scrape the simulated servers' ports). With ``start_prometheus`` it
-starts a real Prometheus itself (:mod:`otel_bridge.prometheus.local`), configured by the same code as
+starts a real Prometheus itself (:mod:`otel_bridge.tools.local_prometheus`), configured by the same code as
 ``otel-bridge prometheus-config`` to scrape the simulated servers, runs the PromQL path through it, and stops it.
 """
 
@@ -25,10 +25,10 @@ from typing import Any
 from otel_bridge.bridge import Bridge
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.record import StepRecord
-from otel_bridge.prometheus.config_gen import prometheus_config, write_prometheus_config
-from otel_bridge.prometheus.local import LocalPrometheus, find_prometheus_binary
-from otel_bridge.simulation.http import MetricsHTTPServer
-from otel_bridge.simulation.vllm import SimulatedWorkload, VLLMSimulator
+from otel_bridge.tools.local_prometheus import LocalPrometheus, find_prometheus_binary
+from otel_bridge.tools.prometheus_files import prometheus_config, write_prometheus_config
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.vllm import SimulatedWorkload, VLLMSimulator
 
 _log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ CPU node; :data:`RESTART_DOWN_S` by default), then the new process serves.
 
 Run as a separate process::
 
-    python -m otel_bridge.simulation.vllm --port 0 [--model tiny] [--workload] [--restart-down-s 60]
+    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--workload] [--restart-down-s 60]
 
 which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready; SIGHUP restarts it
 (down for ``--restart-down-s``, then counting from zero).
@@ -52,7 +52,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from otel_bridge.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
 
 _log = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ class VLLMFamilySpec:
 @functools.cache
 def vllm_family_specs() -> tuple[VLLMFamilySpec, ...]:
     """Every ``vllm:`` family of the vLLM 0.32.0 capture, in exposition order (read from the package data)."""
-    table = json.loads(resources.files("otel_bridge.simulation").joinpath(_TABLE_RESOURCE).read_text(encoding="utf-8"))
+    table = json.loads(
+        resources.files("otel_bridge.tools.simulation").joinpath(_TABLE_RESOURCE).read_text(encoding="utf-8")
+    )
     return tuple(
         VLLMFamilySpec(
             name=entry["name"],
@@ -507,7 +509,7 @@ class VLLMServer:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve a simulated vLLM ``/metrics`` until SIGTERM/SIGINT; print one ``serving URL`` line when ready."""
-    parser = argparse.ArgumentParser(prog="python -m otel_bridge.simulation.vllm", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m otel_bridge.tools.simulation.vllm", description=main.__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (the printed URL tells which)")
     parser.add_argument("--model", default="tiny", help="model_name label value")

@@ -1,6 +1,6 @@
 """Simulated rollout servers for the demo and for tests: vLLM's exact ``/metrics`` driven by a known script.
 
-Names are imported lazily so that ``python -m otel_bridge.simulation.vllm`` does not import its own module twice.
+Names are imported lazily so that ``python -m otel_bridge.tools.simulation.vllm`` does not import its own module twice.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from otel_bridge.simulation.http import MetricsHTTPServer
-    from otel_bridge.simulation.vllm import (
+    from otel_bridge.tools.simulation.http import MetricsHTTPServer
+    from otel_bridge.tools.simulation.vllm import (
         SimulatedWorkload,
         VLLMFamilySpec,
         VLLMServer,
@@ -28,12 +28,12 @@ __all__ = [
 ]
 
 _MODULES = {
-    "MetricsHTTPServer": "otel_bridge.simulation.http",
-    "SimulatedWorkload": "otel_bridge.simulation.vllm",
-    "VLLMFamilySpec": "otel_bridge.simulation.vllm",
-    "VLLMServer": "otel_bridge.simulation.vllm",
-    "VLLMSimulator": "otel_bridge.simulation.vllm",
-    "vllm_family_specs": "otel_bridge.simulation.vllm",
+    "MetricsHTTPServer": "otel_bridge.tools.simulation.http",
+    "SimulatedWorkload": "otel_bridge.tools.simulation.vllm",
+    "VLLMFamilySpec": "otel_bridge.tools.simulation.vllm",
+    "VLLMServer": "otel_bridge.tools.simulation.vllm",
+    "VLLMSimulator": "otel_bridge.tools.simulation.vllm",
+    "vllm_family_specs": "otel_bridge.tools.simulation.vllm",
 }
 
 

@@ -85,8 +85,9 @@ def parse_time(text: str, now: float | None = None) -> float:
     return parsed.timestamp()
 
 
-def prometheus_client(config: BridgeConfig, url: str | None = None) -> PrometheusClient:
-    """A client for ``url`` (default: the config's ``prometheus.url``, discovered when ``auto``) with its auth/TLS."""
+def command_client(config: BridgeConfig, url: str | None = None) -> PrometheusClient:
+    """The Prometheus a command talks to: ``url`` (``--prometheus-url``; default: the config's ``prometheus.url``,
+    discovered when ``auto``), with the config's auth and TLS."""
     if url is None and config.prometheus.url is None:
         raise ConfigError(
             "no Prometheus to ask: pass --prometheus-url URL, set prometheus.url in the config, or set "
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     at = parse_time(args.at)
     config = BridgeConfig.load(args.config)
     query = build_query(args.expr, config, args)
-    client = prometheus_client(config, args.prometheus_url)
+    client = command_client(config, args.prometheus_url)
     span = f"over ({_iso(at - window_s)}, {_iso(at)}] = {format_value(window_s)}s, from {client.url}"
     missing = unknown_name(client, query)
     if missing is not None:

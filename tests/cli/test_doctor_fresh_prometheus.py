@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from otel_bridge.cli.doctor_prometheus import POLL_S, STARTUP_S, PrometheusChecks, settled_targets
+from otel_bridge.cli.doctor.context import DoctorContext
+from otel_bridge.cli.doctor.prometheus import POLL_S, STARTUP_S, check_prometheus_targets, settled_targets
 from otel_bridge.config import PrometheusConfig
 from otel_bridge.producers.promql.connect import client_for
 from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
@@ -78,14 +79,14 @@ def prometheus_answering(answers: Iterator[list[dict[str, Any]]], started_s_ago:
 
 
 def check_targets(server: ScriptedHTTPServer) -> tuple[dict[str, Any], float]:
-    checks = PrometheusChecks(None)
+    context = DoctorContext(None)
     client = client_for(PrometheusConfig(url=server.url, retries=0), server.url)
     started = time.monotonic()
     try:
-        checks.check_prometheus_targets(client)
+        check_prometheus_targets(context, client)
     finally:
         client.close()
-    (check,) = checks.checks
+    (check,) = context.checks
     return {"status": check.status, "detail": check.detail, "fix": check.fix}, time.monotonic() - started
 
 

@@ -1,7 +1,15 @@
-"""The records of ``otel-bridge doctor``: one :class:`Check` per outcome, secrets scrubbed from every text."""
+"""What every check of ``otel-bridge doctor`` works on: one :class:`DoctorContext` per run, holding the command's
+arguments, what earlier checks learnt (the configured queries, Prometheus' scrape interval) and the outcomes, one
+:class:`Check` each, secrets scrubbed from every text.
+
+The checks themselves are plain functions over it, by what they look at: this machine
+(:mod:`~otel_bridge.cli.doctor.local`), Prometheus (:mod:`~otel_bridge.cli.doctor.prometheus`), the endpoints and
+the configured metrics (:mod:`~otel_bridge.cli.doctor.metrics`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,8 +30,8 @@ class Check:
     fix: str | None = None
 
 
-class CheckRecorder:
-    """Collects the checks of one doctor run; the check kinds (config and trackers, Prometheus, metrics) extend it."""
+class DoctorContext:
+    """One doctor run: its arguments, what the checks found out so far, and their outcomes (:attr:`checks`)."""
 
     def __init__(
         self, config_path: Path | None, *, ray_address: str = "auto", prometheus_url: str | None = None
@@ -34,8 +42,15 @@ class CheckRecorder:
         self.checks: list[Check] = []
         self._secrets: list[str] = []
         self.queries: list[MetricQuery] = []
-        self.default_preset: str | None = None  # the preset checked when the config lists no metrics
-        self.scrape_interval_s: float | None = None  # Prometheus' scrape interval, from its targets list
+        """The configured metrics, resolved (set by the ``config`` check)."""
+        self.default_preset: str | None = None
+        """The preset checked when the config lists no metrics."""
+        self.scrape_interval_s: float | None = None
+        """Prometheus' scrape interval, from its targets list (set by the ``step boundaries`` check)."""
+
+    def add_secrets(self, secrets: Sequence[str]) -> None:
+        """Scrub ``secrets`` (every form a secret takes on the wire) from the outcomes recorded from now on."""
+        self._secrets.extend(secrets)
 
     def _scrub(self, text: str | None) -> str | None:
         if text is None:

@@ -18,6 +18,10 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
 8. ``run dir``: ``run.dir`` can be created and written to.
 9. ``tracker <type>``: every tracker backend imports and writes one record into a temporary run directory.
 
+Each check is a function over the run's :class:`~otel_bridge.cli.doctor.context.DoctorContext`, in the module of what
+it looks at: :mod:`~otel_bridge.cli.doctor.local` (1, 2, 8, 9), :mod:`~otel_bridge.cli.doctor.prometheus` (3, 4),
+:mod:`~otel_bridge.cli.doctor.metrics` (5, 6, 7); :func:`run_checks` runs them in order.
+
 The exit status is 0 only when no check failed. ``--json`` prints ``{"ok", "config", "checks": [{"name", "status",
 "detail", "fix"}]}`` (see docs/cli.md). Secrets read from the config's auth settings never appear in the output.
 """
@@ -32,14 +36,24 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from otel_bridge.cli.doctor_base import STATUSES, Check, CheckRecorder, Status
-from otel_bridge.cli.doctor_local import LocalChecks
-from otel_bridge.cli.doctor_metrics import MetricChecks
-from otel_bridge.cli.doctor_prometheus import PrometheusChecks
+from otel_bridge.cli.doctor.context import STATUSES, Check, DoctorContext, Status
+from otel_bridge.cli.doctor.local import check_config, check_ray, check_run_dir, check_trackers
+from otel_bridge.cli.doctor.metrics import check_deprecated, check_endpoints, check_metrics
+from otel_bridge.cli.doctor.prometheus import check_boundaries, check_prometheus, check_prometheus_targets
 from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
 from otel_bridge.prometheus.exposition import ExpositionFamily
 
-__all__ = ["STATUSES", "Check", "CheckRecorder", "Doctor", "Status", "add_parser", "as_json", "render_table", "run"]
+__all__ = [
+    "STATUSES",
+    "Check",
+    "DoctorContext",
+    "Status",
+    "add_parser",
+    "as_json",
+    "render_table",
+    "run",
+    "run_checks",
+]
 
 
 def add_parser(commands: Any) -> None:
@@ -57,33 +71,30 @@ def add_parser(commands: Any) -> None:
     doctor.set_defaults(run=run)
 
 
-class Doctor(LocalChecks, PrometheusChecks, MetricChecks):
-    """Runs the checks for one config, in order, and collects them (secrets scrubbed)."""
-
-    def run(self) -> list[Check]:
-        """Run every check in order and return them."""
-        config = self.check_config()
-        if config is None:
-            for name in ("ray", "prometheus", "metrics", "trackers"):
-                self.add(name, "skip", "the config is invalid")
-            return self.checks
-        self.check_ray(config)
-        client = self.check_prometheus(config)
-        families: dict[str, dict[str, ExpositionFamily]] = {}
+def run_checks(context: DoctorContext) -> list[Check]:
+    """Run every check in order on ``context`` and return the outcomes."""
+    config = check_config(context)
+    if config is None:
+        for name in ("ray", "prometheus", "metrics", "trackers"):
+            context.add(name, "skip", "the config is invalid")
+        return context.checks
+    check_ray(context, config)
+    client = check_prometheus(context, config)
+    families: dict[str, dict[str, ExpositionFamily]] = {}
+    if client is not None:
+        check_prometheus_targets(context, client)
+        check_boundaries(context, config, client)
+    elif config.resolved_source() == "scrape":
+        families = check_endpoints(context, config)
+    try:
+        check_metrics(context, config, client, families)
+    finally:
         if client is not None:
-            self.check_prometheus_targets(client)
-            self.check_boundaries(config, client)
-        elif config.resolved_source() == "scrape":
-            families = self.check_endpoints(config)
-        try:
-            self.check_metrics(config, client, families)
-        finally:
-            if client is not None:
-                client.close()
-        self.check_deprecated(config)
-        self.check_run_dir(config.run.dir)
-        self.check_trackers(config.trackers)
-        return self.checks
+            client.close()
+    check_deprecated(context, config)
+    check_run_dir(context, config.run.dir)
+    check_trackers(context, config.trackers)
+    return context.checks
 
 
 def render_table(checks: Sequence[Check], stream: TextIO, width: int | None = None) -> str:
@@ -112,21 +123,21 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def as_json(doctor: Doctor) -> dict[str, Any]:
+def as_json(context: DoctorContext) -> dict[str, Any]:
     """The ``--json`` document: ``{"ok", "config", "checks": [{"name", "status", "detail", "fix"}]}``."""
     return {
-        "ok": doctor.ok,
-        "config": str(doctor.config_path) if doctor.config_path else None,
-        "checks": [asdict(c) for c in doctor.checks],
+        "ok": context.ok,
+        "config": str(context.config_path) if context.config_path else None,
+        "checks": [asdict(c) for c in context.checks],
     }
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run the checks and print the table (or JSON); exit status 0 when nothing failed, else 1."""
-    doctor = Doctor(args.config, ray_address=args.ray_address, prometheus_url=args.prometheus_url)
-    doctor.run()
+    context = DoctorContext(args.config, ray_address=args.ray_address, prometheus_url=args.prometheus_url)
+    run_checks(context)
     if args.json:
-        out.write(json.dumps(as_json(doctor), indent=2) + "\n")
-    elif not args.quiet or not doctor.ok:
-        out.write(render_table(doctor.checks, out))
-    return 0 if doctor.ok else 1
+        out.write(json.dumps(as_json(context), indent=2) + "\n")
+    elif not args.quiet or not context.ok:
+        out.write(render_table(context.checks, out))
+    return 0 if context.ok else 1

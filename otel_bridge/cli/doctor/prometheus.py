@@ -1,0 +1,224 @@
+"""``otel-bridge doctor`` checks of Prometheus: it answers, its targets are up, its scrape interval fits the steps."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from otel_bridge.cli.doctor.context import DoctorContext
+from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.errors import DiscoveryError, PrometheusError
+from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus.promql import target_duration
+
+UNSCRAPED = "unknown"
+"""A target's health before Prometheus' first scrape of it."""
+STARTUP_S = 15.0
+"""How long after its start a Prometheus listing no targets may still be taking them up (its first reload is at 5 s)."""
+MAX_WAIT_S = 30.0
+POLL_S = 0.25
+
+
+def settled_targets(
+    client: PrometheusClient,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[dict[str, Any]]:
+    """Prometheus' active targets once it has taken them up and scraped each once, or the last answer when that takes
+    longer than they should: until :data:`STARTUP_S` after its start for an empty list, then each target's scrape
+    interval and timeout plus 1 s (at most :data:`MAX_WAIT_S`) for targets not scraped yet. A long-running Prometheus
+    with every target scraped answers at once."""
+    targets = client.targets()
+    if not targets:
+        age = _age_s(client)
+        deadline = clock() + (min(STARTUP_S, max(0.0, STARTUP_S - age)) if age is not None else 0.0)
+        while not targets and clock() < deadline:
+            sleep(POLL_S)
+            targets = client.targets()
+    unscraped = [t for t in targets if t.get("health") == UNSCRAPED]
+    deadline = clock() + first_scrape_wait_s(unscraped)
+    while unscraped and clock() < deadline:
+        sleep(POLL_S)
+        targets = client.targets()
+        unscraped = [t for t in targets if t.get("health") == UNSCRAPED]
+    return targets
+
+
+def first_scrape_wait_s(targets: list[dict[str, Any]]) -> float:
+    """How long Prometheus may take to scrape ``targets`` a first time once listed: interval + timeout + 1 s."""
+    if not targets:
+        return 0.0
+    longest = max(
+        (target_duration(t.get("scrapeInterval")) or 15.0) + (target_duration(t.get("scrapeTimeout")) or 10.0)
+        for t in targets
+    )
+    return min(MAX_WAIT_S, longest + 1.0)
+
+
+def _age_s(client: PrometheusClient) -> float | None:
+    """Seconds since Prometheus started (its ``startTime``); ``None`` when it does not say."""
+    try:
+        started = datetime.fromisoformat(str(client.runtimeinfo().get("startTime")))
+    except (PrometheusError, ValueError):
+        return None
+    return time.time() - started.timestamp()
+
+
+def check_prometheus(context: DoctorContext, config: BridgeConfig) -> PrometheusClient | None:
+    """``prometheus``: the URL resolves and Prometheus answers; returns a client, or ``None``."""
+    from otel_bridge.cli.discover import prometheus_url_origin
+    from otel_bridge.cli.query import command_client
+    from otel_bridge.discovery import resolve_prometheus_url
+
+    if config.resolved_source() != "promql":
+        context.add("prometheus", "skip", "not used: the metrics are read from the endpoints (scrape path)")
+        return None
+    prom = config.prometheus
+    assert prom.url is not None
+    try:
+        if prom.url == AUTO:
+            resolution = resolve_prometheus_url(AUTO, ray_port=prom.ray_port)
+            url, source = resolution.url, resolution.source
+        else:
+            url = prom.url
+            source = (
+                "--prometheus-url" if context.prometheus_url else prometheus_url_origin(context.config_path) or "config"
+            )
+    except DiscoveryError as exc:
+        context.add(
+            "prometheus",
+            "fail",
+            f"prometheus.url: auto found nothing: {exc}",
+            "set prometheus.url or OTEL_BRIDGE_PROMETHEUS_URL, or run where Ray's head runs Prometheus",
+        )
+        return None
+    client = command_client(config, url)
+    try:
+        info = client.buildinfo()
+    except PrometheusError as exc:
+        client.close()
+        context.add(
+            "prometheus",
+            "fail",
+            f"{url} (from {source}): {exc}",
+            f"start Prometheus at {url} or correct prometheus.url",
+        )
+        return None
+    context.add("prometheus", "pass", f"{url} (from {source}): Prometheus {info.get('version', '?')}")
+    return client
+
+
+def check_prometheus_targets(context: DoctorContext, client: PrometheusClient) -> None:
+    """``prometheus targets``: every active scrape target is up.
+
+    Right after Prometheus starts, its targets are not listed yet (Prometheus 2.x takes them up at the scrape
+    manager's first reload, 5 s after start) or have health ``unknown`` (not scraped yet): neither says a server
+    is down, so doctor waits for Prometheus' first scrape of each, for a bounded time.
+    """
+    try:
+        targets = settled_targets(client)
+    except PrometheusError as exc:
+        context.add("prometheus targets", "fail", str(exc), "check Prometheus (see the prometheus check)")
+        return
+    if not targets:
+        context.add(
+            "prometheus targets",
+            "fail",
+            "Prometheus scrapes nothing",
+            "add the rollout servers to its scrape config (otel-bridge prometheus-config writes one)",
+        )
+        return
+    down = [t for t in targets if t.get("health") not in ("up", UNSCRAPED)]
+    unscraped = [t for t in targets if t.get("health") == UNSCRAPED]
+    up = len(targets) - len(down) - len(unscraped)
+    problems = []
+    if down:
+        problems.append(
+            "down: "
+            + "; ".join(
+                f"{t.get('scrapeUrl', '?')}: {t.get('health')} ({t.get('lastError') or 'no error yet'})" for t in down
+            )
+        )
+    if unscraped:
+        problems.append(
+            f"not scraped yet by Prometheus after waiting {first_scrape_wait_s(unscraped):g}s (its scrape interval "
+            "and timeout, plus 1s): " + "; ".join(str(t.get("scrapeUrl", "?")) for t in unscraped)
+        )
+    if problems:
+        fixes = []
+        if down:
+            fixes.append("start the servers that are down, or remove them from Prometheus' scrape config")
+        if unscraped:
+            fixes.append("see Prometheus' log for why it does not scrape them, then run doctor again")
+        context.add("prometheus targets", "fail", f"{up}/{len(targets)} up; " + "; ".join(problems), "; ".join(fixes))
+    else:
+        context.add("prometheus targets", "pass", f"{up}/{len(targets)} up")
+
+
+def check_boundaries(context: DoctorContext, config: BridgeConfig, client: PrometheusClient) -> None:
+    """``step boundaries``: Prometheus' scrape interval against the steps of the latest run in ``run.dir``."""
+    try:
+        targets = client.targets()
+    except PrometheusError as exc:
+        context.add("step boundaries", "skip", f"Prometheus' targets are unknown: {exc}")
+        return
+    intervals = [target_duration(t.get("scrapeInterval")) for t in targets]
+    interval = max((i for i in intervals if i is not None), default=config.prometheus.scrape_interval_s)
+    context.scrape_interval_s = interval
+    prom = config.prometheus
+    mode = {
+        "samples": "Prometheus' samples (prometheus.boundary: samples)",
+        "scrape": "the bridge's own boundary scrapes (prometheus.boundary: scrape)",
+        "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
+        "else Prometheus' samples (prometheus.boundary: auto)",
+    }[prom.boundary]
+    steps = _latest_step_seconds(config.run.dir)
+    if steps is None:
+        context.add(
+            "step boundaries",
+            "pass",
+            f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {config.run.dir} "
+            "to compare step lengths with",
+        )
+        return
+    run, median = steps
+    detail = (
+        f"Prometheus scrapes every {interval:g}s and the steps of {run} last {median:.3g}s (median); "
+        f"boundaries observed by {mode}"
+    )
+    if interval <= median / 2 or prom.boundary == "scrape":
+        context.add("step boundaries", "pass", detail)
+        return
+    context.add(
+        "step boundaries",
+        "warn",
+        detail + f": where Prometheus' samples bound a step, its counters may be off by up to {interval:g}s of "
+        "traffic (each record says by how much in otel_bridge/boundary_lag_s)",
+        "let the bridge scrape at boundaries (prometheus.boundary: auto or scrape, targets reachable from the "
+        f"trainer) or lower Prometheus' scrape_interval below {median / 2:.3g}s",
+    )
+
+
+def _latest_step_seconds(run_dir: Path) -> tuple[Path, float] | None:
+    """The newest ``<run.dir>/*/metrics.jsonl`` and the median length of its steps' windows (``None``: no such run)."""
+    runs = sorted(run_dir.glob("*/metrics.jsonl"), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
+    for path in reversed(runs):
+        lengths = []
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                start, end = record.get("window_start"), record.get("time")
+                if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+                    lengths.append(end - start)
+        if lengths:
+            return path.parent, statistics.median(lengths)
+    return None

@@ -51,7 +51,8 @@ from typing import Any, Final
 
 from otel_bridge.bridge import Bridge
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
-from otel_bridge.integrations import LATE_VALUES, count_late_values, numeric_items, save_hyperparameters
+from otel_bridge.integrations.hparams import save_hyperparameters
+from otel_bridge.integrations.logged_values import LATE_VALUES, count_late_values, numeric_items
 from otel_bridge.ratelimit import RateLimitedLogger
 
 try:

@@ -53,7 +53,8 @@ from otel_bridge.config import BridgeConfig, RunConfig
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport
-from otel_bridge.integrations import LATE_VALUES, count_late_values, numeric_items, save_hyperparameters
+from otel_bridge.integrations.hparams import save_hyperparameters
+from otel_bridge.integrations.logged_values import LATE_VALUES, count_late_values, numeric_items
 from otel_bridge.ratelimit import RateLimitedLogger
 
 try:

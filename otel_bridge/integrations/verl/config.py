@@ -1,0 +1,192 @@
+"""The bridge configuration of a verl run: verl's tracker names mapped to otel-bridge's trackers, verl's run naming,
+and a configuration from verl's rollout ``PrometheusConfig`` (see :mod:`otel_bridge.integrations.verl`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig, read_yaml
+from otel_bridge.errors import ConfigError
+from otel_bridge.exporters.backends.registry import BACKENDS
+from otel_bridge.integrations.hparams import plain
+from otel_bridge.producers.presets import PRESETS
+from otel_bridge.prometheus.promql import parse_duration
+
+BridgeConfigSource = str | Path | Mapping[str, Any] | BridgeConfig | None
+"""What :meth:`Bridge.from_config <otel_bridge.Bridge.from_config>` accepts."""
+
+VERL_BACKENDS: Final[Mapping[str, str]] = {
+    "console": "console",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "tracking": "wandb",
+    "mlflow": "mlflow",
+    "trackio": "trackio",
+    "file": "jsonl",
+    "jsonl": "jsonl",
+}
+"""verl backend name (plus otel-bridge's ``jsonl``) -> otel-bridge tracker kind."""
+
+RL_INSIGHT: Final = "rl_insight"
+"""The verl backend handed to verl's own ``RLInsightLogger`` (no otel-bridge tracker)."""
+
+UNSUPPORTED_VERL_BACKENDS: Final = ("swanlab", "vemlp_wandb", "clearml")
+"""verl backends that otel-bridge has no tracker for."""
+
+_UNSAFE_RUN_CHARS: Final = re.compile(r"[^A-Za-z0-9._\-]+")
+
+
+def supported_backends() -> list[str]:
+    """The ``default_backend`` names this installation accepts (those whose otel-bridge tracker exists, and
+    ``rl_insight`` when verl is installed)."""
+    names = [name for name, kind in VERL_BACKENDS.items() if kind in BACKENDS]
+    if importlib.util.find_spec("verl") is not None:  # finds the package without importing it
+        names.append(RL_INSIGHT)
+    return sorted(names)
+
+
+def _backend_names(default_backend: str | Sequence[str]) -> list[str]:
+    return [default_backend] if isinstance(default_backend, str) else list(default_backend)
+
+
+def verl_file_logger_path(project_name: str, experiment_name: str) -> Path:
+    """Where verl's ``file`` backend (``verl.utils.tracking.FileLogger``) writes: ``$VERL_FILE_LOGGER_PATH``, else
+    ``$VERL_FILE_LOGGER_ROOT`` (default ``.``, ``~`` expanded) ``/<project_name>/<experiment_name>.jsonl``; absolute."""
+    path = os.environ.get("VERL_FILE_LOGGER_PATH")
+    if path is None:
+        root = os.path.expanduser(os.environ.get("VERL_FILE_LOGGER_ROOT", "."))
+        path = os.path.join(root, project_name, f"{experiment_name}.jsonl")
+    return Path(path).absolute()
+
+
+def _safe_name(name: str) -> str:
+    return _UNSAFE_RUN_CHARS.sub("-", name).strip("-") or "run"
+
+
+def verl_trackers(
+    default_backend: str | Sequence[str], project_name: str, experiment_name: str, config: Any = None
+) -> list[TrackerConfig]:
+    """The otel-bridge trackers for verl's ``default_backend`` names (in order, each kind once).
+
+    Raises :class:`ConfigError` for a name otel-bridge has no tracker for, listing the supported names.
+    ``rl_insight`` makes no tracker (:class:`Tracking` hands it to verl's ``RLInsightLogger``).
+    """
+    supported = supported_backends()
+    trackers: list[TrackerConfig] = []
+    kinds: set[str] = set()
+    for name in _backend_names(default_backend):
+        if name == RL_INSIGHT:
+            if name not in supported:
+                raise ConfigError(
+                    "default_backend 'rl_insight' is verl's own RLInsightLogger, which needs verl: pip install verl"
+                )
+            continue
+        kind = VERL_BACKENDS.get(name)
+        if kind is None or kind not in BACKENDS:
+            why = "verl backend with no otel-bridge tracker" if name in UNSUPPORTED_VERL_BACKENDS else "unknown backend"
+            raise ConfigError(
+                f"default_backend {name!r}: {why}; supported: {', '.join(supported)} "
+                "(other trackers can be added under `trackers` in the bridge config)"
+            )
+        if kind in kinds:
+            continue
+        kinds.add(kind)
+        options = _tracker_options(kind, project_name, experiment_name, config)
+        if name == "file":
+            options["path"] = str(verl_file_logger_path(project_name, experiment_name))
+        trackers.append(TrackerConfig(type=kind, **options))
+    return trackers
+
+
+def _tracker_options(kind: str, project_name: str, experiment_name: str, config: Any) -> dict[str, Any]:
+    if kind == "wandb":
+        options: dict[str, Any] = {"project": project_name, "name": experiment_name}
+        hparams = plain(config) if config is not None else None
+        if isinstance(hparams, dict) and hparams:
+            options["config"] = hparams
+        return options
+    if kind == "mlflow":  # verl: "project_name is actually experiment_name in MLflow"
+        return {"experiment": project_name, "run_name": experiment_name}
+    if kind == "trackio":
+        return {"project": project_name, "name": experiment_name}
+    if kind == "tensorboard" and os.environ.get("TENSORBOARD_DIR"):
+        return {"logdir": str(Path(os.environ["TENSORBOARD_DIR"]).absolute())}
+    return {}
+
+
+def verl_bridge_config(
+    bridge_config: BridgeConfigSource,
+    *,
+    project_name: str,
+    experiment_name: str,
+    default_backend: str | Sequence[str],
+    config: Any = None,
+) -> BridgeConfig:
+    """The bridge configuration :class:`Tracking` runs with: ``bridge_config`` (with env overrides) plus the
+    trackers of ``default_backend`` and verl's run naming, where ``bridge_config`` does not set them."""
+    loaded = BridgeConfig.load(bridge_config)
+    explicit = list(loaded.trackers) if "trackers" in loaded.model_fields_set else []
+    explicit_kinds = {tracker.type for tracker in explicit}
+    mapped = verl_trackers(default_backend, project_name, experiment_name, config)
+    trackers = explicit + [tracker for tracker in mapped if tracker.type not in explicit_kinds]
+    run_set = loaded.run.model_fields_set
+    run = loaded.run.model_copy(
+        update={
+            "name": loaded.run.name if "name" in run_set else _safe_name(experiment_name),
+            "dir": loaded.run.dir if "dir" in run_set else loaded.run.dir / _safe_name(project_name),
+        }
+    )
+    return loaded.model_copy(update={"trackers": trackers, "run": run})
+
+
+def bridge_config_from_verl(
+    prometheus_cfg: Any,
+    *,
+    prefix: str = "rollout",
+    metrics_to_log: list[str] | None = None,
+    **overrides: Any,
+) -> BridgeConfig:
+    """A bridge config from verl's rollout ``PrometheusConfig`` (an object or a mapping), for a trainer that builds
+    its :class:`~otel_bridge.Bridge` itself instead of using :class:`Tracking`.
+
+    ``enable`` switches the infrastructure metrics on; ``port`` is Prometheus' port on the Ray head (found as
+    ``prometheus.url: auto``); ``file`` is the prometheus.yml verl writes (its ``global.scrape_interval`` is used);
+    ``served_model_name`` selects that model's series; ``metrics_to_log`` (on the object, or as an argument) lists
+    the metric names to log, default the ``vllm`` preset. Keys start with ``prefix`` (``rollout/vllm/...``).
+    ``overrides`` are further top-level config sections (``trackers=[...]``, ``run={...}``).
+    """
+
+    def field(name: str, default: Any = None) -> Any:
+        if isinstance(prometheus_cfg, Mapping):
+            return prometheus_cfg.get(name, default)
+        return getattr(prometheus_cfg, name, default)
+
+    data: dict[str, Any] = {"naming": {"infra_prefix": prefix}, **overrides}
+    if not field("enable", False):
+        return BridgeConfig.from_dict(data)
+    names = metrics_to_log if metrics_to_log is not None else field("metrics_to_log")
+    model = field("served_model_name")
+    labels = {"model_name": model} if model else {}
+    entries = [{"name": name} for name in names] if names else [dict(entry) for entry in PRESETS["vllm"]]
+    prometheus: dict[str, Any] = {"url": AUTO, "ray_port": int(field("port", 9090))}
+    interval = _scrape_interval_from(field("file"))
+    if interval is not None:
+        prometheus["scrape_interval_s"] = interval
+    data.update({"prometheus": prometheus, "metrics": [{**entry, "labels": labels} for entry in entries]})
+    return BridgeConfig.from_dict(data)
+
+
+def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
+    """``global.scrape_interval`` of a prometheus.yml, in seconds (``None`` when the file is absent or silent)."""
+    if not file or not Path(file).is_file():
+        return None
+    text = str((read_yaml(Path(file)).get("global") or {}).get("scrape_interval", ""))
+    try:
+        return parse_duration(text)
+    except ConfigError:
+        return None

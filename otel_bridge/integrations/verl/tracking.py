@@ -1,0 +1,215 @@
+"""verl's ``Tracking`` on an otel-bridge :class:`~otel_bridge.Bridge`, and :func:`patch_verl`, which makes verl's
+trainer build it (see :mod:`otel_bridge.integrations.verl`)."""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from otel_bridge.bridge import Bridge
+from otel_bridge.errors import ConfigError
+from otel_bridge.exporters.backends.base import Backend
+from otel_bridge.exporters.delivery import DeliveryReport
+from otel_bridge.integrations.hparams import save_hyperparameters
+from otel_bridge.integrations.verl import phases
+from otel_bridge.integrations.verl.config import (
+    RL_INSIGHT,
+    VERL_BACKENDS,
+    BridgeConfigSource,
+    _backend_names,
+    supported_backends,
+    verl_bridge_config,
+)
+from otel_bridge.ratelimit import RateLimitedLogger
+
+_log = logging.getLogger(__name__)
+
+
+def _rl_insight_logger(project_name: str, experiment_name: str, config: Any) -> Any:
+    """verl's own ``RLInsightLogger`` (which imports ``rl_insight`` when ``VERL_RL_INSIGHT_ENABLE=1``)."""
+    try:
+        from verl.utils.tracking import RLInsightLogger  # verl's own backend; importing verl imports torch & co
+
+        return RLInsightLogger(project_name, experiment_name, config)
+    except ImportError as err:
+        raise ConfigError(
+            f"default_backend 'rl_insight' (verl's RLInsightLogger) cannot start: {err}; install it (pip install "
+            "rl-insight) or, when rl-insight is not wanted, unset VERL_RL_INSIGHT_ENABLE or drop 'rl_insight'"
+        ) from err
+
+
+class Tracking:
+    """verl's ``Tracking`` interface on an otel-bridge :class:`~otel_bridge.Bridge` (see the module docstring).
+
+    Args:
+        project_name: verl's ``trainer.project_name``.
+        experiment_name: verl's ``trainer.experiment_name``.
+        default_backend: verl's ``trainer.logger``: one name or a list (:func:`supported_backends`).
+        config: verl's configuration (hyperparameters), written to ``<run dir>/hparams.json``.
+        bridge_config: the bridge configuration (YAML path, dict, :class:`~otel_bridge.BridgeConfig`, or ``None``
+            for defaults plus ``OTEL_BRIDGE__...`` environment overrides): rollout servers, metrics, naming.
+        backends: extra backend objects (see :meth:`Bridge.from_config <otel_bridge.Bridge.from_config>`).
+        close_at_exit: also close from an ``atexit`` hook, for callers that never call :meth:`finish`.
+
+    Raises :class:`~otel_bridge.errors.ConfigError` (and the Bridge's start-up errors) at once when the
+    configuration cannot work.
+    """
+
+    supported_backend: Final[tuple[str, ...]] = tuple(supported_backends())
+    """verl's class attribute: the accepted ``default_backend`` names."""
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        default_backend: str | Sequence[str] = "console",
+        config: Any = None,
+        *,
+        bridge_config: BridgeConfigSource = None,
+        backends: Sequence[Backend] = (),
+        close_at_exit: bool = False,
+    ) -> None:
+        self.project_name = project_name
+        self.experiment_name = experiment_name
+        self.config = config
+        resolved = verl_bridge_config(
+            bridge_config,
+            project_name=project_name,
+            experiment_name=experiment_name,
+            default_backend=default_backend,
+            config=config,
+        )
+        self.bridge = Bridge.from_config(resolved, backends=backends)
+        self._warn = RateLimitedLogger(_log, resolved.delivery.warn_interval_s)
+        self._at_exit = close_at_exit
+        self._rl_insight: Any = None
+        if close_at_exit:
+            atexit.register(self.finish)
+        try:
+            if RL_INSIGHT in _backend_names(default_backend):
+                self._rl_insight = _rl_insight_logger(project_name, experiment_name, config)
+            if config is not None:
+                save_hyperparameters(self.bridge, config)
+        except BaseException:
+            self.finish()
+            raise
+
+    @property
+    def logger(self) -> dict[str, Backend]:
+        """verl's ``Tracking.logger``: backend name -> backend (the trackers records are written to)."""
+        return {backend.name: backend for backend in self.bridge.backends}
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's files go."""
+        return self.bridge.run_dir
+
+    def log(self, data: Mapping[str, Any], step: int, backend: str | Sequence[str] | None = None) -> None:
+        """Record verl's metrics ``data`` for ``step``: the step's boundary on the first call for ``step`` (unless
+        inside :meth:`step`); later calls for the same ``step`` join its record.
+
+        ``backend`` is accepted for verl compatibility; otel-bridge writes one record per step to every tracker, so
+        a ``backend`` that leaves some out is ignored with a warning.
+        """
+        if backend is not None:
+            wanted = {backend} if isinstance(backend, str) else set(backend)
+            if not set(self.logger) <= {VERL_BACKENDS.get(name, name) for name in wanted}:
+                self._warn.warning(
+                    "backend-filter",
+                    "Tracking.log(backend=%r): otel-bridge writes each step's record to every tracker (%s)",
+                    backend,
+                    ", ".join(self.logger),
+                )
+        self.bridge.log(data, step=step)
+        if self._rl_insight is not None and (backend is None or RL_INSIGHT in backend):
+            try:
+                self._rl_insight.log(data=data, step=step)
+            except Exception as exc:  # noqa: BLE001 - rl-insight failing after start-up must not stop training
+                self._warn.warning("rl-insight", "verl's RLInsightLogger.log failed at step %s: %s", step, exc)
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """An explicit window for ``step``: the time spent in the ``with`` block (``log(data, step)`` inside it joins
+        the same record). See :meth:`Bridge.step <otel_bridge.Bridge.step>`."""
+        with self.bridge.step(step):
+            yield
+
+    def finish(self, exit_code: int = 0) -> DeliveryReport:
+        """Deliver every pending step and close the trackers (closing twice returns the same report).
+
+        ``exit_code`` is verl 0.9's argument (its v1 trainer passes 1 after a failure); it is not used.
+        """
+        if self._at_exit:
+            atexit.unregister(self.finish)
+            self._at_exit = False
+        rl_insight, self._rl_insight = self._rl_insight, None
+        try:
+            return self.bridge.close()
+        finally:
+            if rl_insight is not None:
+                rl_insight.finish()
+
+    close = finish
+
+    def __enter__(self) -> Tracking:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.finish()
+
+    def __repr__(self) -> str:
+        return (
+            f"Tracking(project_name={self.project_name!r}, experiment_name={self.experiment_name!r}, {self.bridge!r})"
+        )
+
+
+def patch_verl(bridge_config: BridgeConfigSource = None, *, module: str = "verl.utils.tracking") -> Callable[[], None]:
+    """Make verl build otel-bridge's :class:`Tracking` (with ``bridge_config``) wherever it imports
+    ``Tracking`` from ``verl.utils.tracking`` after this call, as ``RayPPOTrainer.fit()`` does.
+
+    The trackers it creates close from an ``atexit`` hook (verl never calls ``finish()``). Returns a function that
+    restores verl's own class. Raises :class:`ConfigError` when verl is not installed.
+    """
+    try:
+        target: Any = importlib.import_module(module)
+    except ImportError as err:
+        raise ConfigError(f"patch_verl() needs verl ({module} cannot be imported: {err}); pip install verl") from err
+    original = target.Tracking
+
+    class _PatchedTracking(Tracking):
+        def __init__(
+            self,
+            project_name: str,
+            experiment_name: str,
+            default_backend: str | Sequence[str] = "console",
+            config: Any = None,
+            **kwargs: Any,
+        ) -> None:
+            if kwargs:
+                _log.warning("otel-bridge Tracking ignores verl arguments it does not know: %s", sorted(kwargs))
+            super().__init__(
+                project_name,
+                experiment_name,
+                default_backend,
+                config,
+                bridge_config=bridge_config,
+                close_at_exit=True,
+            )
+
+    _PatchedTracking.__name__ = _PatchedTracking.__qualname__ = "Tracking"
+    target.Tracking = _PatchedTracking
+    restore_phases = phases.patch_phases(target)  # verl's marked_timer blocks become phases
+
+    def restore() -> None:
+        restore_phases()
+        target.Tracking = original
+
+    return restore

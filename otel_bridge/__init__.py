@@ -1,7 +1,9 @@
 """otel-bridge: infrastructure and trainer metrics in your experiment tracker, one record per training step.
 
-Public API: :class:`Bridge`, :class:`BridgeConfig`, :class:`StepWindow`, :class:`StepMetricReader`,
-:class:`TrackerExporter`, :class:`MetricProducer`, the producers, and the typed errors.
+Public API: :class:`Bridge` and :func:`install`, :class:`BridgeConfig`, :class:`StepWindow`, :class:`StepRecord` and
+:class:`DeliveryReport`, :class:`StepMetricReader`, :class:`TrackerExporter`, :class:`MetricProducer`, the producers,
+and the typed errors. Everything else is imported from the package that holds it (``otel_bridge.exporters.backends``
+for plugin backends, ``otel_bridge.producers``, ``otel_bridge.config``...); docs/architecture.md maps the house.
 """
 
 from otel_bridge.bridge import Bridge, install
@@ -25,9 +27,7 @@ from otel_bridge.errors import (
     ScrapeError,
     StepOrderError,
 )
-from otel_bridge.exporters.delivery import DeliveryReport
-from otel_bridge.exporters.record import StepRecord
-from otel_bridge.exporters.tracker import TrackerExporter
+from otel_bridge.exporters import DeliveryReport, StepRecord, TrackerExporter
 from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.producers import MetricProducer, PromQLProducer, ScrapeProducer
 from otel_bridge.window import StepWindow

@@ -32,7 +32,6 @@ from otel_bridge.errors import (
 from otel_bridge.http.transport import MAX_REDIRECTS, Transport, TransportError, TransportOptions, truncate
 from otel_bridge.prometheus.answers import (
     QUERY_IN_MESSAGE,
-    PromSeries,
     QueryResult,
     decode_envelope,
     is_str_dict,
@@ -40,7 +39,7 @@ from otel_bridge.prometheus.answers import (
     shape_error,
 )
 
-__all__ = ["PromSeries", "PrometheusClient", "QueryResult", "check_credentials", "normalise_url"]
+__all__ = ["PrometheusClient", "check_credentials", "normalise_url"]
 
 _BEARER_KEYS = "prometheus.auth.bearer_token_env / prometheus.auth.bearer_token_file"
 _BASIC_KEYS = "prometheus.auth.username with prometheus.auth.password_env / prometheus.auth.password_file"

@@ -24,7 +24,8 @@ from otel_bridge.errors import (
     ResponseTooLargeError,
 )
 from otel_bridge.producers.promql.connect import client_for
-from otel_bridge.prometheus.client import PrometheusClient, PromSeries, QueryResult
+from otel_bridge.prometheus.answers import PromSeries, QueryResult
+from otel_bridge.prometheus.client import PrometheusClient
 from tests.helpers.http_servers import (
     DEFAULT_TS,
     Handler,

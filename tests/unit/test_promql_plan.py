@@ -8,7 +8,7 @@ from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql.plan import TAG_LABEL, WindowAnswer, WindowPlan
 from otel_bridge.producers.statistics import RawSeries
-from otel_bridge.prometheus.client import PromSeries, QueryResult
+from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.prometheus.promql import parse_duration, value_alternation
 from otel_bridge.window import StepWindow
 

@@ -18,7 +18,7 @@ from otel_bridge.producers.promql.rules import (
     rules_for,
 )
 from otel_bridge.producers.statistics import RawSeries
-from otel_bridge.prometheus.client import PromSeries, QueryResult
+from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.window import StepWindow
 
 GAUGE = MetricQuery(key_name="running", name="vllm:num_requests_running", kind="gauge", stats=("max",))

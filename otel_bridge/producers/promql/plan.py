@@ -43,7 +43,7 @@ from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
 from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
-from otel_bridge.prometheus.client import QueryResult
+from otel_bridge.prometheus.answers import QueryResult
 from otel_bridge.window import StepWindow
 
 TAG_LABEL = "otel_bridge_q"

@@ -70,7 +70,8 @@ from otel_bridge.producers.statistics import (
     window_increases,
 )
 from otel_bridge.prometheus import promql
-from otel_bridge.prometheus.client import PrometheusClient, QueryResult
+from otel_bridge.prometheus.answers import QueryResult
+from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 

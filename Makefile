@@ -58,6 +58,7 @@ peer-victoriametrics:
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy otel_bridge

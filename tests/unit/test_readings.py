@@ -1,4 +1,4 @@
-"""Which scrape reading stands for a step boundary (otel_bridge/producers/readings.py), on hand-made readings."""
+"""Which scrape reading stands for a step boundary (otel_bridge/producers/scrape/readings.py), on hand-made readings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Prometheus names the collector gives OpenTelemetry instruments (otel_bridge.prometheus_names.py).
+"""The Prometheus names the collector gives OpenTelemetry instruments (otel_bridge/prometheus_names.py).
 
 The expected names come from the translators' own test tables, never from this module:
 

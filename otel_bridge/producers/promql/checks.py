@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from otel_bridge.errors import ConfigError, PrometheusAPIError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.plan import WINDOW_PLACEHOLDER, WindowPlan
+from otel_bridge.producers.promql.plan import WINDOW_PLACEHOLDER, ExactIncrease, WindowPlan
 from otel_bridge.producers.promql.rules import counting
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
@@ -53,11 +53,14 @@ def check_expressions(
     increase_queries: Sequence[int],
     *,
     pad_s: float,
+    exact_increase: ExactIncrease | None = None,
 ) -> None:
     """Evaluate one window's union once; when Prometheus rejects it as ``bad_data``, each query alone, to name the one
     it rejects (a :class:`ConfigError`). Any other API error (401, ``execution``, ``unavailable``...) is raised as it
     is: a server problem, which ``startup: degrade`` rides out."""
-    expression = WindowPlan(queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0).expression
+    expression = WindowPlan(
+        queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0, exact_increase=exact_increase
+    ).expression
     if expression is None:
         return
     try:
@@ -70,7 +73,14 @@ def check_expressions(
                 alone: str | None = query.promql.replace(WINDOW_PLACEHOLDER, f"{promql.duration(pad_s):<7}")
             else:
                 increases = [0] if counting(query) else []
-                plan = WindowPlan([query], window, increase_queries=increases, pad_s=pad_s, closing_s=0.0)
+                plan = WindowPlan(
+                    [query],
+                    window,
+                    increase_queries=increases,
+                    pad_s=pad_s,
+                    closing_s=0.0,
+                    exact_increase=exact_increase,
+                )
                 alone = plan.expression
             try:
                 if alone is not None:

@@ -8,6 +8,9 @@ so the answer's size grows with the configured metrics and label groups, not wit
 - a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) value at each boundary, summed per label group in
   Prometheus: ``sum by (...) (last_over_time(x[...] @ end))`` and ``... @ start``, i.e. the last sample at or before
   each boundary; their difference is the window's increase for every series whose counter did not reset;
+- or, where the store has an exact increase of its own (:mod:`otel_bridge.producers.promql.store`: Prometheus'
+  ``increase(x[w] anchored)``, MetricsQL's ``increase``), that increase summed per label group: resets are corrected
+  per series inside the store, so nothing is re-read (not for the run's last window, closed by the sample after it);
 - the targets to read sample by sample: those whose counters reset during the window (``resets(...) > 0``) or whose
   series have no sample just before the window (they appeared, or came back after being down). Their series are
   fetched raw by a second request (looking back up to :data:`REREAD_LOOKBACK_S` for their baseline); their share of
@@ -35,7 +38,7 @@ Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -64,6 +67,10 @@ down for a while is re-read when it comes back, and what it counted meanwhile la
 Target = tuple[str, str]
 """``(job, instance)`` of a Prometheus target."""
 
+ExactIncrease = Callable[[str, str, str], str]
+"""``(selector, range length, evaluation time) -> expression``: a store's own exact increase
+(:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Part:
@@ -72,6 +79,7 @@ class Part:
     kind: Literal[
         "stat",
         "promql",
+        "increase",
         "end",
         "start",
         "reread",
@@ -143,6 +151,7 @@ class WindowPlan:
         report_unread: bool = False,
         rules: RuleSet | None = None,
         watched: Sequence[str] = (),
+        exact_increase: ExactIncrease | None = None,
     ) -> None:
         self.window = window
         self.watched = sorted({instance for instance in watched if instance})
@@ -164,6 +173,8 @@ class WindowPlan:
         for index in self.increase_queries:
             if index in self.ruled:
                 self._rule_increase(index, self.queries[index])
+            elif exact_increase is not None and not window.final:
+                self._exact_increase(index, self.queries[index], exact_increase)
             else:
                 self._increase(index, self.queries[index])
         if self.ruled:
@@ -182,6 +193,20 @@ class WindowPlan:
     def expression(self) -> str | None:
         """The union to evaluate at ``time=window.end``; ``None`` when there is nothing to ask."""
         return promql.union(self._exprs) if self._exprs else None
+
+    def expressions(self, max_bytes: int | None) -> list[str]:
+        """The union in as few queries as a store that refuses queries longer than ``max_bytes`` takes (one without
+        a limit): whole parts packed in order; a part longer than the limit alone is its own query (the store's
+        refusal then names it)."""
+        if max_bytes is None or (self.expression is not None and len(self.expression.encode()) <= max_bytes):
+            return [self.expression] if self.expression is not None else []
+        groups: list[list[str]] = []
+        for expr in self._exprs:
+            if groups and len(promql.union([*groups[-1], expr]).encode()) <= max_bytes:
+                groups[-1].append(expr)
+            else:
+                groups.append([expr])
+        return [promql.union(group) for group in groups]
 
     def _add(self, tag: str, part: Part, expr: str) -> None:
         self.parts[tag] = part
@@ -246,11 +271,33 @@ class WindowPlan:
             self._add(
                 f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({self._base_value(sel)})"
             )
-        primary = promql.selector(primary_names(query)[0], matchers)
+        self._lag(index, query)
+
+    def _lag(self, index: int, query: MetricQuery) -> None:
+        """How far from each boundary the samples standing for it lie, the largest over the query's series."""
+        window = self.window
+        assert window.start is not None
+        primary = promql.selector(primary_names(query)[0], dict(query.matchers))
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
         self._add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
         self._add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
+
+    def _exact_increase(self, index: int, query: MetricQuery, exact_increase: ExactIncrease) -> None:
+        """The store's own exact increase of every series over the window, summed per group (``anchored``: the last
+        sample at or before the start to the last one in the window, resets corrected, no extrapolation), so there is
+        nothing to re-read; the lag parts as for the boundary sums."""
+        window = self.window
+        assert window.start is not None
+        matchers = dict(query.matchers)
+        # Both ends in whole milliseconds, as _at() writes them, so the range starts exactly at the start's _at().
+        length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
+        histogram = query.kind == "histogram" and query.ratio is None
+        for position, name in enumerate(query.series_names()):
+            by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+            increase = exact_increase(promql.selector(name, matchers), length, _at(window.end))
+            self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
+        self._lag(index, query)
 
     def _rule_increase(self, index: int, query: MetricQuery) -> None:
         histogram = query.kind == "histogram" and query.ratio is None
@@ -311,11 +358,11 @@ class WindowPlan:
                     answer.lag_s = max(answer.lag_s or 0.0, value)
             elif part.kind == "reread":
                 answer.reread.setdefault(part.index, set()).add(target)
-            elif part.kind in ("end", "start"):
+            elif part.kind in ("end", "start", "increase"):
                 group: Group = group_of(labels, query.by)
                 if "le" in labels and part.name == query.series_names()[0] and query.kind == "histogram":
                     group = (*group, ("le", labels["le"]))
-                sign = 1.0 if part.kind == "end" else -1.0
+                sign = -1.0 if part.kind == "start" else 1.0
                 increases = answer.increases.setdefault(part.index, {})
                 increases[(part.name, group)] = increases.get((part.name, group), 0.0) + sign * value
             elif part.kind == "promql":

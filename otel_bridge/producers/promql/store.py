@@ -38,6 +38,8 @@ from otel_bridge.prometheus.client import PrometheusClient
 _log = logging.getLogger(__name__)
 
 _PROBE_NAME = "otel_bridge_probe_no_series_has_this_name"
+_LOOKBACK = "5m"
+"""Prometheus' default lookback: how long after its last sample a series still counts as present."""
 _VICTORIAMETRICS_PARAMS = (("nocache", "1"),)
 VICTORIAMETRICS_FLUSH_S = 2.0
 """How long after it is written VictoriaMetrics may take to answer with a sample (its pending-rows flush interval)."""
@@ -70,12 +72,18 @@ class Store:
 
     def exact_increase(self, selector: str, length: str, at: str) -> str:
         """The expression of ``selector``'s exact increase over ``length`` ending at ``at`` (PromQL text); a
-        ``ValueError`` for a store without one (:attr:`increase` is ``None``)."""
+        ``ValueError`` for a store without one (:attr:`increase` is ``None``).
+
+        A series with no sample inside the range has no increase there: ``increase()`` answers nothing for it (both
+        stores), so the series still reporting within the lookback are added with 0, or a window shorter than the
+        scrape interval would lose its keys."""
         if self.increase == "anchored":
-            return f"increase({selector}[{length}] anchored @ {at})"
-        if self.increase == "metricsql":
-            return f"increase({selector}[{length}] @ {at})"
-        raise ValueError(f"{self.name} has no exact window increase")
+            increase = f"increase({selector}[{length}] anchored @ {at})"
+        elif self.increase == "metricsql":
+            increase = f"increase({selector}[{length}] @ {at})"
+        else:
+            raise ValueError(f"{self.name} has no exact window increase")
+        return f"({increase} or 0 * last_over_time({selector}[{_LOOKBACK}] @ {at}))"
 
 
 def detect_store(client: PrometheusClient) -> Store:

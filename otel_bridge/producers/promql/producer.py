@@ -34,6 +34,7 @@ from otel_bridge.health import (
     BOUNDARY_LAG,
     MISSING_METRICS,
     QUERY_ERRORS,
+    QUERY_WARNINGS,
     SCRAPE_ERRORS,
     TARGETS_DOWN,
     TARGETS_UNREAD,
@@ -136,6 +137,7 @@ class PromQLProducer:
         self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._health.count(QUERY_ERRORS, 0.0)
+        self._health.count(QUERY_WARNINGS, 0.0)
 
     @property
     def queries(self) -> list[MetricQuery]:
@@ -211,9 +213,9 @@ class PromQLProducer:
             self._learn_rules()
             self._ready = True
             _log.info(
-                "Prometheus at %s is usable: %d configured metric(s), %d target(s) serving them every %.3gs, "
+                "%s at prometheus.url is usable: %d configured metric(s), %d target(s) serving them every %.3gs, "
                 "boundaries observed by %s",
-                self._client.url,
+                self._store.name if self._store is not None else "Prometheus",
                 len(self._queries),
                 len(targets),
                 self._interval_s,
@@ -438,6 +440,22 @@ class PromQLProducer:
             self._closed.wait(min(_ARRIVAL_POLL_S, max(deadline - now, 0.0)) or _ARRIVAL_POLL_S)
         return time.time()
 
+    def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
+        """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's
+        values are kept, counted in ``otel_bridge/query_warnings`` and logged (rate-limited), never silent."""
+        warnings = [warning for result in results if result.warnings for warning in result.warnings]
+        if not warnings:
+            return
+        self._health.count(QUERY_WARNINGS, float(sum(1 for result in results if result.warnings)))
+        self._warn.warning(
+            "query-warnings",
+            "step %s: prometheus.url answered the step's query with warnings, so its values may be partial "
+            "(counted in %s): %s",
+            window.step,
+            QUERY_WARNINGS,
+            "; ".join(dict.fromkeys(warnings)),
+        )
+
     def _exact_increase(self) -> ExactIncrease | None:
         """The store's own exact window increase, when it has one (:mod:`otel_bridge.producers.promql.store`)."""
         store = self._store
@@ -456,6 +474,7 @@ class PromQLProducer:
         if not expressions:
             return WindowAnswer()
         results = [self._client.query(expression, time=plan.window.end) for expression in expressions]
+        self._report_warnings(plan.window, results)
         answer = plan.read(
             QueryResult(
                 "vector",

@@ -225,7 +225,7 @@ class WindowPlan:
         window = self.window
         length = promql.duration(max(window.seconds if window.seconds is not None else self.pad_s, 0.001))
         stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
-        sel = promql.selector(query.name, dict(query.matchers))
+        sel = promql.selector(query.name, dict(query.matchers), utf8=query.utf8)
         aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
         for stat in stats:
             self._add(
@@ -252,7 +252,7 @@ class WindowPlan:
         span = promql.duration(self.close_at - window.start + self.pad_s)
         flags = []
         for name in primary_names(query):
-            sel = promql.selector(name, matchers)
+            sel = promql.selector(name, matchers, utf8=query.utf8)
             flags.append(f"(resets({sel}[{span}] @ {_at(self.close_at)}) > 0)")
             flags.append(f"({self._end_value(sel)} unless {self._base_value(sel)})")
         reread = " or ".join(flags)
@@ -260,7 +260,7 @@ class WindowPlan:
         self._add(f"{index}/reread", Part("reread", index), f"group by ({targets}) ({reread})")
         histogram = query.kind == "histogram" and query.ratio is None
         for position, name in enumerate(query.series_names()):
-            sel = promql.selector(name, matchers)
+            sel = promql.selector(name, matchers, utf8=query.utf8)
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
             # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
             # out client-side (boundary_values), so Prometheus touches every series once per boundary and evaluates
@@ -277,7 +277,7 @@ class WindowPlan:
         """How far from each boundary the samples standing for it lie, the largest over the query's series."""
         window = self.window
         assert window.start is not None
-        primary = promql.selector(primary_names(query)[0], dict(query.matchers))
+        primary = promql.selector(primary_names(query)[0], dict(query.matchers), utf8=query.utf8)
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
         self._add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
@@ -295,7 +295,7 @@ class WindowPlan:
         histogram = query.kind == "histogram" and query.ratio is None
         for position, name in enumerate(query.series_names()):
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-            increase = exact_increase(promql.selector(name, matchers), length, _at(window.end))
+            increase = exact_increase(promql.selector(name, matchers, utf8=query.utf8), length, _at(window.end))
             self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
         self._lag(index, query)
 
@@ -454,9 +454,10 @@ class WindowPlan:
         if self.ruled and "start" in answer.rule_times:
             low = min(low, answer.rule_times["start"] - LOOKBACK_S)
         span = promql.duration(self.close_at - low)
-        return (
-            f"{{__name__=~{promql.regex_alternation(names)}, instance=~{promql.value_alternation(instances)}}}[{span}]"
+        matchers = (
+            f"__name__=~{promql.regex_alternation(names, utf8=True)}, instance=~{promql.value_alternation(instances)}"
         )
+        return f"{{{matchers}}}[{span}]"
 
 
 def _last_within(series: RawSeries, t: float, lookback_s: float) -> float | None:

@@ -43,7 +43,7 @@ from otel_bridge.health import (
 )
 from otel_bridge.producers.base import infra_scope, metrics_of
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.checks import check_expressions, resolve_kind
+from otel_bridge.producers.promql.checks import check_expressions, check_names, resolve_kind
 from otel_bridge.producers.promql.plan import (
     REREAD_LOOKBACK_S,
     WINDOW_PLACEHOLDER,
@@ -186,6 +186,7 @@ class PromQLProducer:
     def _prepare(self) -> None:
         if self._store is None:
             self._store = detect_store(self._client)
+        check_names(self._queries, self._store)
         if any(q.needs_kind for q in self._queries):
             metadata = self._client.metadata()
             self._queries = [resolve_kind(q, metadata) for q in self._queries]
@@ -417,6 +418,7 @@ class PromQLProducer:
         window the sample that closes it; at most two of ``prometheus.scrape_interval_s`` after the end. Returns when
         that was (``None`` when the targets' schedule says it instead)."""
         names = sorted({*self._primary_names(), *(q.name for q in self._queries if q.kind == "gauge" and q.name)})
+        utf8 = {n for q in self._queries for n in q.utf8_names}
         if self._targets_known or not names or window.start is None:
             return None
         deadline = window.end + 2.0 * self._interval_s + (self._store.storing_delay_s if self._store else 0.0)
@@ -430,7 +432,7 @@ class PromQLProducer:
                 missing = " + ".join(
                     f"(count(count_over_time({name}[{span}] @ {window.end:.3f}) unless "
                     f"count_over_time({name}[{promql.duration(after)}])) or vector(0))"
-                    for name in map(promql.selector, names)
+                    for name in (promql.selector(n, utf8=n in utf8) for n in names)
                 )
                 result = self._client.query(missing, time=now)
                 if not result.series or result.series[0].samples[-1][1] == 0:

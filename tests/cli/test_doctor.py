@@ -257,3 +257,29 @@ def test_doctor_warns_when_the_scrape_interval_is_long_against_the_steps(
     forced = {**config, "prometheus": {**config["prometheus"], "boundary": "scrape"}}
     status, document = doctor_json(tmp_path, forced)
     assert check_named(document, "step boundaries")["status"] == "pass"
+
+
+def test_doctor_checks_an_otlp_entry_with_a_utf8_name(
+    tmp_path: Path, prometheus: PrometheusServer, prometheus_version: str
+) -> None:
+    """An ``otlp:`` entry under a UTF-8 translation strategy names ``trainer.tokens_total`` as Prometheus 3 stores it:
+    doctor asks for it quoted, and says it has no series yet (the trainer has not pushed), rather than failing on the
+    dot; on 2.42, which cannot hold such a name, doctor says so as the bridge's start-up would, with what to change."""
+    entry = {
+        "otlp": {
+            "name": "trainer.tokens",
+            "unit": "{token}",
+            "instrument": "counter",
+            "translation_strategy": "NoUTF8EscapingWithSuffixes",
+        },
+        "alias": "tokens",
+    }
+    status, document = doctor_json(tmp_path, promql_config(prometheus, [entry]))
+    check = check_named(document, "metric tokens")
+    assert check["status"] == "fail", check
+    if prometheus_version == "2.42":
+        assert "Prometheus 2.42.0+ds has no UTF-8 metric names" in check["detail"], check
+        assert "metrics[0].otlp.translation_strategy" in check["detail"], check
+    else:
+        assert check["detail"] == "no series for trainer.tokens_total", check
+    assert status == 1

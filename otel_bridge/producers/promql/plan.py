@@ -38,9 +38,9 @@ Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
@@ -67,9 +67,12 @@ down for a while is re-read when it comes back, and what it counted meanwhile la
 Target = tuple[str, str]
 """``(job, instance)`` of a Prometheus target."""
 
-ExactIncrease = Callable[[str, str, str], str]
-"""``(selector, range length, evaluation time) -> expression``: a store's own exact increase
-(:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
+
+class ExactIncrease(Protocol):
+    """``(selector, range length, evaluation time, present=range) -> expression``: a store's own exact increase
+    (:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
+
+    def __call__(self, selector: str, length: str, at: str, *, present: str | None = None) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,9 +296,13 @@ class WindowPlan:
         # Both ends in whole milliseconds, as _at() writes them, so the range starts exactly at the start's _at().
         length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
         histogram = query.kind == "histogram" and query.ratio is None
+        # A window shorter than two scrape intervals may hold no sample of a live series (increase() then answers
+        # nothing for it): those add 0, so the key stays.
+        present = promql.duration(self.pad_s) if window.end - window.start < self.pad_s else None
         for position, name in enumerate(query.series_names()):
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-            increase = exact_increase(promql.selector(name, matchers, utf8=query.utf8), length, _at(window.end))
+            selector = promql.selector(name, matchers, utf8=query.utf8)
+            increase = exact_increase(selector, length, _at(window.end), present=present)
             self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
         self._lag(index, query)
 

@@ -427,6 +427,8 @@ class PromQLProducer:
         span = promql.duration(max(min(window.end - window.start, 1.5 * self._interval_s), 0.001))
         while not self._closed.is_set():
             now = time.time()
+            if now >= deadline:  # a window of the past (or one waited for long enough): nothing to ask
+                return now
             after = now - window.end
             if after >= 0.001:
                 missing = " + ".join(
@@ -437,8 +439,6 @@ class PromQLProducer:
                 result = self._client.query(missing, time=now)
                 if not result.series or result.series[0].samples[-1][1] == 0:
                     return now
-            if now >= deadline:
-                return now
             self._closed.wait(min(_ARRIVAL_POLL_S, max(deadline - now, 0.0)) or _ARRIVAL_POLL_S)
         return time.time()
 

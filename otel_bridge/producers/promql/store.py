@@ -38,8 +38,6 @@ from otel_bridge.prometheus.client import PrometheusClient
 _log = logging.getLogger(__name__)
 
 _PROBE_NAME = "otel_bridge_probe_no_series_has_this_name"
-_LOOKBACK = "5m"
-"""Prometheus' default lookback: how long after its last sample a series still counts as present."""
 _VICTORIAMETRICS_PARAMS = (("nocache", "1"),)
 VICTORIAMETRICS_FLUSH_S = 2.0
 """How long after it is written VictoriaMetrics may take to answer with a sample (its pending-rows flush interval)."""
@@ -70,20 +68,23 @@ class Store:
         """``"Prometheus 3.16.0"``, ``"VictoriaMetrics (answers as Prometheus 2.24.0)"``, ..."""
         return f"{self.product} {self.version}".strip() if self.version else self.product
 
-    def exact_increase(self, selector: str, length: str, at: str) -> str:
+    def exact_increase(self, selector: str, length: str, at: str, *, present: str | None = None) -> str:
         """The expression of ``selector``'s exact increase over ``length`` ending at ``at`` (PromQL text); a
         ``ValueError`` for a store without one (:attr:`increase` is ``None``).
 
         A series with no sample inside the range has no increase there: ``increase()`` answers nothing for it (both
-        stores), so the series still reporting within the lookback are added with 0, or a window shorter than the
-        scrape interval would lose its keys."""
+        stores). With ``present`` (a range), the series with a sample within ``present`` before ``at`` are added with
+        0, so a window shorter than the scrape interval keeps its keys; longer windows hold a sample of every live
+        series and need not pay for it."""
         if self.increase == "anchored":
             increase = f"increase({selector}[{length}] anchored @ {at})"
         elif self.increase == "metricsql":
             increase = f"increase({selector}[{length}] @ {at})"
         else:
             raise ValueError(f"{self.name} has no exact window increase")
-        return f"({increase} or 0 * last_over_time({selector}[{_LOOKBACK}] @ {at}))"
+        if present is None:
+            return increase
+        return f"({increase} or 0 * last_over_time({selector}[{present}] @ {at}))"
 
 
 def detect_store(client: PrometheusClient) -> Store:

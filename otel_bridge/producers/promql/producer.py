@@ -199,6 +199,7 @@ class PromQLProducer:
             self._increase_queries(),
             pad_s=self._pad_s,
             exact_increase=self._exact_increase(),
+            store=self._store,
         )
         if not self._ready:
             primary = self._primary_names()
@@ -314,6 +315,14 @@ class PromQLProducer:
 
     def _learn_rules(self) -> None:
         if self._rules_mode != "off" and self._boundary == "samples" and self._counting_queries():
+            if self._store is not None and self._store.rules is not None:
+                if self._rules_mode == "required":
+                    raise ConfigError(
+                        f"prometheus.recording_rules: required, but {self._store.rules}; set "
+                        "prometheus.recording_rules: off (or auto)"
+                    )
+                _log.info("otel-bridge's recording rules are not used: %s", self._store.rules)
+                return
             self._rules = rules_in_use(
                 self._client.rule_groups(), self._queries, required=self._rules_mode == "required"
             )
@@ -472,7 +481,8 @@ class PromQLProducer:
             self._closed.wait(remaining)
 
     def _ask(self, plan: WindowPlan) -> WindowAnswer:
-        expressions = plan.expressions(self._store.max_query_bytes if self._store is not None else None)
+        store = self._store
+        expressions = plan.expressions(*((store.max_query_bytes, store.max_query_setting) if store else (None,)))
         if not expressions:
             return WindowAnswer()
         results = [self._client.query(expression, time=plan.window.end) for expression in expressions]

@@ -356,7 +356,11 @@ class PromQLProducer:
             except (PrometheusError, ScrapeError):
                 self._health.count(QUERY_ERRORS)
                 raise
-        arrived = self._await_arrivals(window)
+        try:
+            arrived = self._await_arrivals(window)
+        except PrometheusError:
+            self._health.count(QUERY_ERRORS)
+            raise
         plan = WindowPlan(
             self._queries,
             window,

@@ -24,6 +24,8 @@ class MetricQuery:
 
     ``kind`` is ``None`` until known: metrics configured without ``type`` get it from the source's metadata at start-up
     (:meth:`with_kind`). ``promql`` queries are raw expressions; ``ratio`` queries divide two counters' deltas.
+    ``scale`` multiplies every statistic (a unit conversion); ``full_scale`` is a gauge's value when the device it
+    measures is fully busy (the ``idle_seconds`` statistic needs it).
     """
 
     key_name: str
@@ -35,6 +37,8 @@ class MetricQuery:
     matchers: tuple[tuple[str, str], ...] = ()
     promql: str | None = None
     ratio: tuple[str, str] | None = None
+    scale: float = 1.0
+    full_scale: float | None = None
     source_index: int = field(default=0, compare=False)
 
     @property
@@ -100,6 +104,8 @@ def _query(config: MetricConfig, index: int) -> MetricQuery:
         "by": tuple(config.by),
         "agg": config.agg,
         "matchers": tuple(sorted(config.labels.items())),
+        "scale": config.scale if config.scale is not None else 1.0,
+        "full_scale": config.full_scale,
         "source_index": index,
     }
     if config.promql is not None:

@@ -3,7 +3,9 @@
 The bridge asks Prometheus one instant query per step: the union (``or``) of tagged parts, each answering one thing,
 so the answer's size grows with the configured metrics and label groups, not with replicas, buckets or samples:
 
-- a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it;
+- a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it; a gauge's idle
+  seconds: ``sum by (...) (<window seconds> * (1 - avg_over_time(x[<window>]) / <full scale>))``, as
+  :func:`~otel_bridge.producers.statistics.idle_seconds` computes it;
 - a raw PromQL expression, as written;
 - a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) value at each boundary, summed per label group in
   Prometheus: ``sum by (...) (last_over_time(x[...] @ end))`` and ``... @ start``, i.e. the last sample at or before
@@ -44,7 +46,7 @@ from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS,
 from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import QueryResult
-from otel_bridge.window import StepWindow
+from otel_bridge.window import IDLE_STAT, StepWindow
 
 TAG_LABEL = "otel_bridge_q"
 WINDOW_PLACEHOLDER = "$window"
@@ -203,9 +205,14 @@ class WindowPlan:
         sel = promql.selector(query.name, dict(query.matchers))
         aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
         for stat in stats:
-            self._add(
-                f"{index}/{stat}", Part("stat", index, stat=stat), f"{aggregate} ({_OVER_TIME[stat]}({sel}[{length}]))"
-            )
+            if stat == IDLE_STAT:
+                assert query.full_scale is not None
+                assert window.seconds is not None
+                over_time = f"avg_over_time({sel}[{length}])"
+                expr = f"{aggregate} ({window.seconds!r} * (1 - {over_time} / {query.full_scale!r}))"
+            else:
+                expr = f"{aggregate} ({_OVER_TIME[stat]}({sel}[{length}]))"
+            self._add(f"{index}/{stat}", Part("stat", index, stat=stat), expr)
 
     def _end_value(self, sel: str) -> str:
         window = self.window

@@ -1,0 +1,139 @@
+"""Where each step's GPU time went, against the simulated GPUs' own truth, with the load changing at every boundary.
+
+Two hosts, each behind its own simulated dcgm-exporter (:class:`otel_bridge.tools.simulation.gpus.GPUFleet`):
+``gpu-node-0``'s two GPUs serve the rollout, ``gpu-node-1``'s two the trainer (a separated placement: the role is the
+host, so ``by: [Hostname]`` keeps the roles apart). Each step: ``gen`` (rollout GPUs busy, trainer GPUs nearly idle),
+a gap in no phase (both light), ``update`` (the other way round). The utilization changes right after each phase
+boundary is made, while the bridge is taking its boundary reading: the load crosses every boundary.
+
+Tolerances, from the record's own figures (no timing asserts):
+
+- energy (a counter): a boundary reading reaches a server ``lag`` seconds after the boundary (the record's
+  ``otel_bridge/boundary_lag_s`` bounds it), so at most ``GPUs x BUSY_WATTS x lag`` joules move across each boundary;
+- idle GPU-seconds and mean utilization (gauges over the in-window samples, sampled every ``INTERVAL_S``): the samples
+  a phase window holds are constant but for the one reading at each end, which may already show the next phase's
+  load; each stands for ``seconds / n`` of a GPU's time, ``n >= seconds / (3 x INTERVAL_S)`` in-window samples even on
+  a loaded machine (a sampler three times late), so a GPU's idle seconds are off by at most ``2 x seconds / n``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from otel_bridge import Bridge
+from otel_bridge.tools.simulation.gpus import BUSY_WATTS, GPUFleet
+from otel_bridge.tools.simulation.http import MetricsHTTPServer
+
+INTERVAL_S = 0.05
+PHASE_S = 1.0
+LOAD = {"gen": {"rollout": 90.0, "trainer": 5.0}, "gap": {"rollout": 20.0, "trainer": 20.0}}
+LOAD["update"] = {"rollout": 0.0, "trainer": 95.0}
+HOSTS = {"rollout": "gpu-node-0", "trainer": "gpu-node-1"}
+IDLE = "DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds"
+UTIL = "DCGM_FI_DEV_GPU_UTIL/mean"
+JOULES = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta"
+
+
+@dataclass
+class Exporter:
+    server: MetricsHTTPServer
+    scrapes: int = 0
+
+
+@pytest.fixture
+def fleet() -> Iterator[tuple[GPUFleet, list[Exporter]]]:
+    gpus = GPUFleet({HOSTS["rollout"]: ["rollout"] * 2, HOSTS["trainer"]: ["trainer"] * 2})
+    exporters: list[Exporter] = []
+    lock = threading.Lock()
+    try:
+        for host in gpus.hosts:
+
+            def render(host: str = host, index: int = len(exporters)) -> bytes:
+                with lock:
+                    exporters[index].scrapes += 1
+                return gpus.dcgm_exposition(host)
+
+            exporter = Exporter(MetricsHTTPServer(render))
+            exporters.append(exporter)
+            exporter.server.start()
+        yield gpus, exporters
+    finally:
+        for exporter in exporters:
+            exporter.server.stop()
+
+
+def load(gpus: GPUFleet, part: str) -> None:
+    for role, percent in LOAD[part].items():
+        gpus.set_utilization(role, percent)
+
+
+def run_phase(bridge: Bridge, gpus: GPUFleet, name: str) -> tuple[float, float]:
+    """Phase ``name`` with its load; the times just inside its boundaries (what the truth is taken over)."""
+    with bridge.phase(name):
+        began = time.time()
+        load(gpus, name)
+        threading.Event().wait(PHASE_S)
+        ended = time.time()
+    return began, ended
+
+
+def test_idle_gpu_seconds_and_joules_per_phase_and_role_follow_the_gpus(
+    tmp_path: Path, fleet: tuple[GPUFleet, list[Exporter]]
+) -> None:
+    gpus, exporters = fleet
+    config = {
+        "metrics": [{"preset": "dcgm", "by": ["Hostname"]}],
+        "scrape": {"targets": [e.server.url for e in exporters], "sample_interval_s": INTERVAL_S},
+        "naming": {"infra_prefix": ""},
+        "run": {"name": "gpu-truth", "dir": str(tmp_path)},
+    }
+    spans: list[dict[str, tuple[float, float]]] = []
+    with Bridge.from_config(config) as bridge:
+        load(gpus, "gap")
+        for step in range(2):
+            with bridge.step(step):
+                gen = run_phase(bridge, gpus, "gen")
+                load(gpus, "gap")
+                threading.Event().wait(PHASE_S / 4)
+                update = run_phase(bridge, gpus, "update")
+                load(gpus, "gap")
+            spans.append({"gen": gen, "update": update})
+    records = [bridge.record(step) for step in range(2)]
+    for record, span in zip(records, spans, strict=True):
+        assert record is not None
+        assert record.window_start is not None
+        values = record.values
+        lag = values["otel_bridge/boundary_lag_s"]
+        for phase, (began, ended) in span.items():
+            seconds = values[f"phase/{phase}/seconds"]
+            samples = max(1, math.floor(seconds / (3 * INTERVAL_S)))
+            for role, host in HOSTS.items():
+                truth = gpus.truth(began, ended, role)
+                key = f"Hostname.{host}"
+                idle = values[f"phase/{phase}/{IDLE}/{key}"]
+                assert idle == pytest.approx(truth.idle_gpu_seconds, abs=truth.gpus * 2 * seconds / samples), role
+                mean = values[f"phase/{phase}/{UTIL}/{key}"]
+                assert mean == pytest.approx(truth.mean_utilization, abs=100 * 2 / samples), (phase, role)
+                joules = values[f"phase/{phase}/{JOULES}/{key}"]
+                band = 2 * truth.gpus * BUSY_WATTS * (lag + 0.05)  # two boundaries, each off by lag at most
+                assert joules == pytest.approx(truth.joules, abs=band), (phase, role)
+        for role, host in HOSTS.items():  # the step: its phases, its gap and the time around them
+            truth = gpus.truth(record.window_start, record.time, role)
+            seconds = record.time - record.window_start
+            joules = values[f"{JOULES}/Hostname.{host}"]
+            assert joules == pytest.approx(truth.joules, abs=2 * truth.gpus * BUSY_WATTS * (lag + 0.05)), role
+            samples = max(1, math.floor(seconds / (3 * INTERVAL_S)))
+            assert values[f"{IDLE}/Hostname.{host}"] == pytest.approx(
+                truth.idle_gpu_seconds, abs=truth.gpus * 2 * seconds / samples
+            ), role
+        # the rollout GPUs idle during update, the trainer GPUs during gen: the bubble each role leaves
+        assert values[f"phase/update/{IDLE}/Hostname.gpu-node-0"] > values[f"phase/update/{IDLE}/Hostname.gpu-node-1"]
+        assert values[f"phase/gen/{IDLE}/Hostname.gpu-node-1"] > values[f"phase/gen/{IDLE}/Hostname.gpu-node-0"]
+        assert values["phase/outside_seconds"] >= PHASE_S / 4

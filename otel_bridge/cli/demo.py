@@ -31,6 +31,15 @@ TABLE_KEYS = (
     "phase/update/seconds",
     "phase/update/rollout/vllm/generation_tokens_total/rate",
     "phase/update/rollout/vllm/kv_cache_usage_perc/max",
+    "phase/gen/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.rollout-node",
+    "phase/gen/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.trainer-node",
+    "phase/update/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.rollout-node",
+    "phase/update/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.trainer-node",
+    "phase/gen/rollout/DCGM_FI_DEV_GPU_UTIL/mean/Hostname.rollout-node",
+    "phase/update/rollout/DCGM_FI_DEV_GPU_UTIL/mean/Hostname.trainer-node",
+    "rollout/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta/Hostname.rollout-node",
+    "rollout/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta/Hostname.trainer-node",
+    "phase/outside_seconds",
 )
 
 

@@ -29,7 +29,7 @@ import math
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -96,7 +96,7 @@ class GPUFleet:
 
     def __init__(
         self,
-        layout: dict[str, Sequence[str]],
+        layout: Mapping[str, Sequence[str]],
         *,
         clock: Callable[[], float] = time.time,
         energy_offset_mj: float = 1e9,

@@ -30,6 +30,7 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.tools.simulation.gpus import BUSY_WATTS, GPUFleet
 from otel_bridge.tools.simulation.http import MetricsHTTPServer
+from tests.helpers.prometheus_server import PrometheusServer
 
 INTERVAL_S = 0.05
 PHASE_S = 1.0
@@ -137,3 +138,71 @@ def test_idle_gpu_seconds_and_joules_per_phase_and_role_follow_the_gpus(
         assert values[f"phase/update/{IDLE}/Hostname.gpu-node-0"] > values[f"phase/update/{IDLE}/Hostname.gpu-node-1"]
         assert values[f"phase/gen/{IDLE}/Hostname.gpu-node-1"] > values[f"phase/gen/{IDLE}/Hostname.gpu-node-0"]
         assert values["phase/outside_seconds"] >= PHASE_S / 4
+
+
+@pytest.mark.integration
+def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
+    tmp_path: Path, fleet: tuple[GPUFleet, list[Exporter]]
+) -> None:
+    """The PromQL path (a real Prometheus scraping the exporters every 0.5 s: ``avg_over_time`` in the query) and the
+    scrape path read the same GPUs side by side. The load changes only in the gaps between phases, with quiet spells
+    of two scrape intervals on both sides, so every sample of a phase window, Prometheus' or the bridge's, holds the
+    phase's load: both paths must then report exactly ``GPUs x seconds x (1 - load)`` idle GPU-seconds."""
+    gpus, exporters = fleet
+    interval_s = 0.5
+    targets = [f"127.0.0.1:{e.server.port}" for e in exporters]
+    with PrometheusServer(tmp_path / "prometheus", targets, scrape_interval_s=interval_s) as prometheus:
+        prometheus.wait_for_samples("DCGM_FI_DEV_GPU_UTIL", count=2)
+        common = {"metrics": [{"preset": "dcgm", "by": ["Hostname"]}], "naming": {"infra_prefix": ""}}
+        promql = {**common, "prometheus": {"url": prometheus.url, "scrape_interval_s": interval_s}}
+        scrape = {**common, "scrape": {"targets": [e.server.url for e in exporters], "sample_interval_s": 0.1}}
+        bridges = [
+            Bridge.from_config({**promql, "run": {"name": "gpu-promql", "dir": str(tmp_path)}}),
+            Bridge.from_config({**scrape, "run": {"name": "gpu-scrape", "dir": str(tmp_path)}}),
+        ]
+        quiet = 2 * interval_s
+        spans: list[dict[str, tuple[float, float]]] = []
+        try:
+            for step in range(2):
+                span: dict[str, tuple[float, float]] = {}
+                for bridge in bridges:
+                    bridge.begin_step(step)
+                for phase in ("gen", "update"):
+                    load(gpus, phase)
+                    threading.Event().wait(quiet)
+                    for bridge in bridges:
+                        bridge.begin_phase(phase)
+                    began = time.time()
+                    threading.Event().wait(2 * quiet)
+                    ended = time.time()
+                    for bridge in bridges:
+                        bridge.end_phase(phase)
+                    span[phase] = (began, ended)
+                    threading.Event().wait(quiet)
+                for bridge in bridges:
+                    bridge.end_step(step)
+                spans.append(span)
+        finally:
+            for bridge in bridges:
+                bridge.close()
+    for step, span in enumerate(spans):
+        records = [bridge.record(step) for bridge in bridges]
+        for record in records:
+            assert record is not None
+            values = record.values
+            for phase in span:
+                seconds = values[f"phase/{phase}/seconds"]
+                for role, host in HOSTS.items():
+                    idle = values[f"phase/{phase}/{IDLE}/Hostname.{host}"]
+                    assert idle == pytest.approx(2 * seconds * (1 - LOAD[phase][role] / 100), rel=1e-9), (phase, role)
+                    assert values[f"phase/{phase}/{UTIL}/Hostname.{host}"] == LOAD[phase][role]
+                    truth = gpus.truth(*span[phase], role)
+                    lag = values["otel_bridge/boundary_lag_s"]
+                    band = 2 * truth.gpus * BUSY_WATTS * (lag + 0.05)
+                    assert values[f"phase/{phase}/{JOULES}/Hostname.{host}"] == pytest.approx(truth.joules, abs=band)
+        promql_values, scrape_values = (r.values for r in records if r is not None)
+        for phase in span:  # the same share of each phase idle, however long each bridge's own phase window was
+            for host in HOSTS.values():
+                key = f"phase/{phase}/{IDLE}/Hostname.{host}"
+                shares = [v[key] / v[f"phase/{phase}/seconds"] for v in (promql_values, scrape_values)]
+                assert shares[0] == pytest.approx(shares[1], rel=1e-9), key

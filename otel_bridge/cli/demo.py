@@ -48,7 +48,8 @@ def add_parser(commands: Any) -> None:
     demo = commands.add_parser(
         "demo",
         help="run a small training loop against simulated vLLM servers",
-        description="Run a small training loop against two simulated vLLM rollout servers and write the per-step "
+        description="Run a small training loop against two simulated vLLM rollout servers and two simulated "
+        "dcgm-exporters (a rollout node's and a trainer node's GPUs) and write the per-step "
         "records (trainer + infrastructure) to TensorBoard and JSONL under OUT/<run name>/. By default the bridge "
         "reads the servers' /metrics itself (scrape path); --prometheus starts a real Prometheus scraping them and "
         "reads through it (PromQL path), then stops it.",
@@ -70,7 +71,7 @@ def add_parser(commands: Any) -> None:
         "--prometheus-url",
         default=None,
         help="read infrastructure metrics through this Prometheus (PromQL path); it must scrape the simulated "
-        "servers at 127.0.0.1:SIM_PORT and SIM_PORT+1",
+        "servers at 127.0.0.1:SIM_PORT and SIM_PORT+1, the simulated dcgm-exporters at SIM_PORT+2 and SIM_PORT+3",
     )
     demo.add_argument(
         "--sim-port", type=int, default=0, help="first port of the simulated servers (default: free ports)"

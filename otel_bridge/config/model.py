@@ -506,6 +506,15 @@ class BridgeConfig(_Model):
     prometheus: PrometheusConfig = PrometheusConfig()
     scrape: ScrapeConfig = ScrapeConfig()
     metrics: list[MetricConfig] = Field(default_factory=list)
+    roles: dict[str, list[dict[str, str]]] = Field(
+        default_factory=dict,
+        description=(
+            "What each series serves, named once: role -> label sets (e.g. rollout: [{Hostname: node-0}, "
+            "{Hostname: node-1, gpu: '0'}]). A series whose labels include all of one of a role's label sets "
+            "belongs to that role; metrics with `by: [role]` are grouped by it (series in no role left out, a series "
+            "in several roles counted in each)."
+        ),
+    )
     trackers: list[TrackerConfig] = Field(default_factory=lambda: [TrackerConfig(type="jsonl")])
     naming: NamingConfig = NamingConfig()
     run: RunConfig = RunConfig()
@@ -533,6 +542,24 @@ class BridgeConfig(_Model):
                     "metrics are configured but there is nowhere to read them: set prometheus.url or scrape.targets"
                 )
         return self
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, roles: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+        for role, label_sets in roles.items():
+            if not role:
+                raise ValueError("a role needs a name (roles: {rollout: [...]})")
+            if not label_sets or any(not labels for labels in label_sets):
+                raise ValueError(
+                    f"role {role!r} needs at least one label set, each naming a label: [{{Hostname: node-0}}]"
+                )
+            for labels in label_sets:
+                for label in labels:
+                    if not LABEL_NAME.fullmatch(label) or label.startswith("__"):
+                        raise ValueError(
+                            f"role {role!r}: {label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not __*)"
+                        )
+        return roles
 
     @property
     def scrape_targets(self) -> list[str]:

@@ -25,12 +25,12 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from opentelemetry.sdk.metrics.export import Metric
 
-from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
 from otel_bridge.window import GAUGE_STATS, IDLE_STAT, StepWindow, allowed_stats, quantile_of
@@ -355,12 +355,21 @@ def group_of(labels: Mapping[str, str], by: Sequence[str]) -> Group:
     return tuple((name, labels[name]) for name in by if labels.get(name))
 
 
+def with_roles(query: MetricQuery, series: Sequence[RawSeries]) -> list[RawSeries]:
+    """``series`` labelled with their roles when ``query`` groups by role: one copy per role a series serves (the
+    :data:`~otel_bridge.producers.metric_set.ROLE_LABEL` label set), none for a series in no role."""
+    if not query.roles:
+        return list(series)
+    return [replace(s, labels={**s.labels, ROLE_LABEL: role}) for s in series for role in query.roles_of(s.labels)]
+
+
 def compute_stats(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint] | None:
     """Window statistics of ``query`` from raw ``series``; ``None`` when no series matches (a missing metric).
 
     Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points.
     """
     if query.kind == "gauge" and query.ratio is None:
+        series = with_roles(query, series)
         assert query.name is not None
         selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
         return _gauge(query, selected, window) if selected else None
@@ -377,7 +386,7 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
     no series matches (for a ratio: when either side has none). Without a window start the mapping is empty.
     """
     names = query.series_names()
-    selected = [s for s in series if s.name in names and query.matches(s.labels)]
+    selected = [s for s in with_roles(query, series) if s.name in names and query.matches(s.labels)]
     if query.ratio is not None:
         present = {s.name for s in selected}
         if not all(name in present for name in query.ratio):

@@ -140,24 +140,33 @@ def test_idle_gpu_seconds_and_joules_per_phase_and_role_follow_the_gpus(
         assert values["phase/outside_seconds"] >= PHASE_S / 4
 
 
+ROLES = {"rollout": [{"Hostname": HOSTS["rollout"]}], "trainer": [{"Hostname": HOSTS["trainer"], "gpu": "0"},
+                                                               {"Hostname": HOSTS["trainer"], "gpu": "1"}]}  # fmt: skip
+
+
 @pytest.mark.integration
+@pytest.mark.parametrize("grouping", ["Hostname", "role"])
 def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
-    tmp_path: Path, fleet: tuple[GPUFleet, list[Exporter]]
+    tmp_path: Path, fleet: tuple[GPUFleet, list[Exporter]], grouping: str
 ) -> None:
-    """The PromQL path (a real Prometheus scraping the exporters every 0.5 s: ``avg_over_time`` in the query) and the
+    """The PromQL path (a real Prometheus scraping the exporters every 0.5 s: ``avg_over_time`` in the query; the
+    counters read by the bridge's boundary scrapes, and, with ``boundary: samples``, from Prometheus' samples) and the
     scrape path read the same GPUs side by side. The load changes only in the gaps between phases, with quiet spells
     of two scrape intervals on both sides, so every sample of a phase window, Prometheus' or the bridge's, holds the
-    phase's load: both paths must then report exactly ``GPUs x seconds x (1 - load)`` idle GPU-seconds."""
+    phase's load: both paths must then report exactly ``GPUs x seconds x (1 - load)`` idle GPU-seconds. Grouped by
+    node (``by: [Hostname]``) or by the roles the configuration names (host, and host + GPU index)."""
     gpus, exporters = fleet
     interval_s = 0.5
     targets = [f"127.0.0.1:{e.server.port}" for e in exporters]
     with PrometheusServer(tmp_path / "prometheus", targets, scrape_interval_s=interval_s) as prometheus:
         prometheus.wait_for_samples("DCGM_FI_DEV_GPU_UTIL", count=2)
-        common = {"metrics": [{"preset": "dcgm", "by": ["Hostname"]}], "naming": {"infra_prefix": ""}}
+        common = {"metrics": [{"preset": "dcgm", "by": [grouping]}], "roles": ROLES, "naming": {"infra_prefix": ""}}
         promql = {**common, "prometheus": {"url": prometheus.url, "scrape_interval_s": interval_s}}
         scrape = {**common, "scrape": {"targets": [e.server.url for e in exporters], "sample_interval_s": 0.1}}
+        samples = {**promql, "prometheus": {**promql["prometheus"], "boundary": "samples"}}
         bridges = [
             Bridge.from_config({**promql, "run": {"name": "gpu-promql", "dir": str(tmp_path)}}),
+            Bridge.from_config({**samples, "run": {"name": "gpu-samples", "dir": str(tmp_path)}}),
             Bridge.from_config({**scrape, "run": {"name": "gpu-scrape", "dir": str(tmp_path)}}),
         ]
         quiet = 2 * interval_s
@@ -185,6 +194,10 @@ def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
         finally:
             for bridge in bridges:
                 bridge.close()
+
+    def group(role: str) -> str:
+        return f"Hostname.{HOSTS[role]}" if grouping == "Hostname" else f"role.{role}"
+
     for step, span in enumerate(spans):
         records = [bridge.record(step) for bridge in bridges]
         for record in records:
@@ -192,17 +205,17 @@ def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
             values = record.values
             for phase in span:
                 seconds = values[f"phase/{phase}/seconds"]
-                for role, host in HOSTS.items():
-                    idle = values[f"phase/{phase}/{IDLE}/Hostname.{host}"]
+                for role in HOSTS:
+                    idle = values[f"phase/{phase}/{IDLE}/{group(role)}"]
                     assert idle == pytest.approx(2 * seconds * (1 - LOAD[phase][role] / 100), rel=1e-9), (phase, role)
-                    assert values[f"phase/{phase}/{UTIL}/Hostname.{host}"] == LOAD[phase][role]
+                    assert values[f"phase/{phase}/{UTIL}/{group(role)}"] == LOAD[phase][role]
                     truth = gpus.truth(*span[phase], role)
                     lag = values["otel_bridge/boundary_lag_s"]
                     band = 2 * truth.gpus * BUSY_WATTS * (lag + 0.05)
-                    assert values[f"phase/{phase}/{JOULES}/Hostname.{host}"] == pytest.approx(truth.joules, abs=band)
-        promql_values, scrape_values = (r.values for r in records if r is not None)
+                    assert values[f"phase/{phase}/{JOULES}/{group(role)}"] == pytest.approx(truth.joules, abs=band)
         for phase in span:  # the same share of each phase idle, however long each bridge's own phase window was
-            for host in HOSTS.values():
-                key = f"phase/{phase}/{IDLE}/Hostname.{host}"
-                shares = [v[key] / v[f"phase/{phase}/seconds"] for v in (promql_values, scrape_values)]
+            for role in HOSTS:
+                key = f"phase/{phase}/{IDLE}/{group(role)}"
+                shares = [r.values[key] / r.values[f"phase/{phase}/seconds"] for r in records if r is not None]
                 assert shares[0] == pytest.approx(shares[1], rel=1e-9), key
+                assert shares[0] == pytest.approx(shares[2], rel=1e-9), key

@@ -129,3 +129,61 @@ def test_idle_seconds_without_full_scale_says_what_to_set() -> None:
 
 def _fields(query: MetricQuery) -> dict[str, object]:
     return {name: getattr(query, name) for name in query.__dataclass_fields__}
+
+
+ROLES = {
+    "rollout": [{"Hostname": "node-a"}, {"Hostname": "node-b", "gpu": "0"}],
+    "trainer": [{"Hostname": "node-b"}],  # colocated on node-b: its GPU 0 serves both roles
+}
+
+
+def role_query(kind: str = "gauge") -> MetricQuery:
+    (query,) = [
+        q
+        for q in resolve_metrics([MetricConfig(preset="dcgm", by=["role"])], ROLES)
+        if q.key_name
+        == ("DCGM_FI_DEV_GPU_UTIL:gpus" if kind == "gauge" else "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:joules")
+    ]
+    return query
+
+
+def test_roles_group_gpus_by_what_they_serve_named_once_by_host_and_gpu_index() -> None:
+    series = [
+        gpu("0", "node-a", [0, 100, 100, 100, 100, 100]),  # rollout: 0 idle
+        gpu("1", "node-a", [0, 0, 0, 0, 0, 0]),  # rollout: 10 idle
+        gpu("0", "node-b", [0, 50, 50, 50, 50, 50]),  # rollout and trainer: 5 idle in each
+        gpu("1", "node-b", [0, 100, 100, 100, 100, 100]),  # trainer: 0 idle
+        gpu("0", "node-c", [0, 0, 0, 0, 0, 0]),  # in no role: left out
+    ]
+    points = compute_stats(role_query(), series, WINDOW)
+    assert points is not None
+    assert {p.group: p.value for p in points} == {
+        (("role", "rollout"),): pytest.approx(15.0),
+        (("role", "trainer"),): pytest.approx(5.0),
+    }
+
+
+def test_the_promql_plan_gives_each_series_its_roles_as_the_scrape_path_does() -> None:
+    gauge, counter = role_query(), role_query("counter")
+    plan = WindowPlan([gauge, counter], WINDOW, increase_queries=[1], pad_s=2.0, closing_s=0.0, report_down=False)
+    expr = plan.expression
+    assert expr is not None
+
+    def idle(matchers: str) -> str:
+        return f"10.0 * (1 - avg_over_time(DCGM_FI_DEV_GPU_UTIL{{{matchers}}}[10s]) / 100.0)"
+
+    node_a, node_b_gpu0, node_b = 'Hostname="node-a"', 'Hostname="node-b",gpu="0"', 'Hostname="node-b"'
+    assert (
+        f'sum by (role) ((label_replace({idle(node_a)}, "role", "rollout", "", "")) or '
+        f'(label_replace({idle(node_b_gpu0)}, "role", "rollout", "", "")) or '
+        f'(label_replace({idle(node_b)}, "role", "trainer", "", "")))'
+    ) in expr
+    end = 'last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{Hostname="node-b"}[12s] @ 1010.000)'
+    assert f'label_replace({end}, "role", "trainer", "", "")' in expr
+
+
+def test_roles_name_real_labels() -> None:
+    with pytest.raises(ConfigError) as info:
+        BridgeConfig.from_dict({"prometheus": {"url": "http://127.0.0.1:9090"}, "roles": {"rollout": [{}]}})
+    assert "roles" in str(info.value)
+    assert "label set" in str(info.value)

@@ -36,12 +36,13 @@ Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: 
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
 from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
@@ -202,16 +203,13 @@ class WindowPlan:
         window = self.window
         length = promql.duration(max(window.seconds if window.seconds is not None else self.pad_s, 0.001))
         stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
-        sel = promql.selector(query.name, dict(query.matchers))
+        name = query.name
         aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
         for stat in stats:
-            if stat == IDLE_STAT:
-                assert query.full_scale is not None
-                assert window.seconds is not None
-                over_time = f"avg_over_time({sel}[{length}])"
-                expr = f"{aggregate} ({window.seconds!r} * (1 - {over_time} / {query.full_scale!r}))"
-            else:
-                expr = f"{aggregate} ({_OVER_TIME[stat]}({sel}[{length}]))"
+            per_series = functools.partial(
+                _over_window, stat, length=length, seconds=window.seconds, full_scale=query.full_scale
+            )
+            expr = f"{aggregate} ({roled(query, name, per_series)})"
             self._add(f"{index}/{stat}", Part("stat", index, stat=stat), expr)
 
     def _end_value(self, sel: str) -> str:
@@ -242,17 +240,13 @@ class WindowPlan:
         self._add(f"{index}/reread", Part("reread", index), f"group by ({targets}) ({reread})")
         histogram = query.kind == "histogram" and query.ratio is None
         for position, name in enumerate(query.series_names()):
-            sel = promql.selector(name, matchers)
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
             # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
             # out client-side (boundary_values), so Prometheus touches every series once per boundary and evaluates
             # the re-read selection once per query (measured in bench/suite_promql_scale.py).
-            self._add(
-                f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({self._end_value(sel)})"
-            )
-            self._add(
-                f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({self._base_value(sel)})"
-            )
+            end, base = roled(query, name, self._end_value), roled(query, name, self._base_value)
+            self._add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
+            self._add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
         primary = promql.selector(primary_names(query)[0], matchers)
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
@@ -417,6 +411,31 @@ class WindowPlan:
         return (
             f"{{__name__=~{promql.regex_alternation(names)}, instance=~{promql.value_alternation(instances)}}}[{span}]"
         )
+
+
+def _over_window(stat: str, sel: str, *, length: str, seconds: float | None, full_scale: float | None) -> str:
+    """A gauge statistic of each series of ``sel`` over the window ``[length]`` (``seconds`` long)."""
+    if stat == IDLE_STAT:
+        assert seconds is not None
+        assert full_scale is not None
+        return f"{seconds!r} * (1 - avg_over_time({sel}[{length}]) / {full_scale!r})"
+    return f"{_OVER_TIME[stat]}({sel}[{length}])"
+
+
+def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:
+    """``per_series`` over the selector of ``name`` (with the query's matchers); when ``query`` groups by role, the
+    union over its roles' label sets, each series given the role it serves (``label_replace``), as
+    :func:`~otel_bridge.producers.statistics.with_roles` labels raw series."""
+    matchers = dict(query.matchers)
+    if not query.roles:
+        return per_series(promql.selector(name, matchers))
+    role_value = promql.quote_label_value
+    terms = [
+        f'label_replace({per_series(promql.selector(name, {**matchers, **dict(label_set)}))}, "{ROLE_LABEL}", '
+        f'{role_value(role)}, "", "")'
+        for role, label_set in query.roles
+    ]
+    return promql.union(terms)
 
 
 def _last_within(series: RawSeries, t: float, lookback_s: float) -> float | None:

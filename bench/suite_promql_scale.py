@@ -6,7 +6,9 @@ Data: no live endpoints. :mod:`bench.backfill` generates the history of N replic
 (cached per N under the suite's directory). A real Prometheus (``tests.helpers.prometheus_server.PrometheusServer``,
 no scrape configs) is started on those blocks, once per N, and stopped by PID afterwards.
 
-Per N, each design reads the same contiguous 60 s windows in the past (``StepWindow(k, start, end)``; every query is
+Every design runs against each Prometheus of :data:`VERSIONS` (Debian's 2.42 and 3.16 built from its Go module, one
+after the other on the same blocks; the baseline on 2.42 only), and the table has both. Per N, each design reads the
+same contiguous 60 s windows in the past (``StepWindow(k, start, end)``; every query is
 evaluated at ``time=end``): window -1 as warm-up (not measured: page cache, first connection), then 5 measured windows
 (3 with ``--quick``). Per step: wall time and Python CPU time (``time.process_time``, all threads of this process)
 of the reading, and, counted by a small HTTP proxy in *another process* between the client and Prometheus: HTTP
@@ -21,11 +23,15 @@ Designs, measured in the same run against the same Prometheus:
   gauges and one range selector returning every counter/histogram sample of every replica. With the default limits it
   fails at 1,024 replicas (over ``prometheus.max_series`` 100,000): the failure is recorded and the design is run
   again with raised limits (``max_series`` 10 M, ``max_response_bytes`` 2 GB).
-* **otel-bridge**: ``otel_bridge.producers.promql.PromQLProducer(client, resolve_metrics([preset: vllm]),
-  scrape_interval_s=15, recording_rules="off")``, ``start()`` then ``produce(window)``, whatever that module
-  currently is: Prometheus sums every raw series at both boundaries; a design that fails with the default limits is
-  likewise re-run with raised limits.
-* **otel-bridge+rules**: the same with ``recording_rules="required"``: Prometheus runs otel-bridge's recording
+* **otel-bridge (boundary sums)**: ``otel_bridge.producers.promql.PromQLProducer(client, resolve_metrics([preset:
+  vllm]), scrape_interval_s=15, recording_rules="off")``, ``start()`` then ``produce(window)``, whatever that module
+  currently is, told that the store has no exact increase of its own: Prometheus sums every raw series at both
+  boundaries and the targets that reset are re-read; a design that fails with the default limits is likewise re-run
+  with raised limits.
+* **otel-bridge (exact increase)**: the same with the plan the producer picks for the store it finds: on a store
+  with an exact increase (Prometheus 3's ``increase(x[w] anchored)``) one summed increase per series name, nothing
+  re-read; on Prometheus 2 the same as boundary sums.
+* **otel-bridge (rules)**: the same with ``recording_rules="required"``: Prometheus runs otel-bridge's recording
   rules for the preset (``otel-bridge prometheus-rules``, every 15 s); their history over the data set is backfilled
   with ``promtool tsdb create-blocks-from rules`` (:func:`rule_history`, cached) and the group is loaded, so the
   producer finds it at start-up. What the rules cost Prometheus instead is reported per N: one evaluation of the
@@ -268,9 +274,12 @@ class Backend:
 
 
 @contextmanager
-def prometheus_on(dataset: Dataset, workdir: Path, rules: RuleHistory | None = None) -> Iterator[Backend]:
-    """A real Prometheus whose data directory holds ``dataset``'s blocks (hard links), and the counting proxy; with
-    ``rules``, also the rule group's backfilled history, and the group loaded (``/api/v1/rules`` lists it)."""
+def prometheus_on(
+    dataset: Dataset, workdir: Path, rules: RuleHistory | None = None, version: str = "2.42"
+) -> Iterator[Backend]:
+    """A real Prometheus ``version`` whose data directory holds ``dataset``'s blocks (hard links), and the counting
+    proxy; with ``rules``, also the rule group's backfilled history, and the group loaded (``/api/v1/rules`` lists
+    it)."""
     from tests.helpers.prometheus_server import PrometheusServer
 
     if workdir.exists():
@@ -290,7 +299,7 @@ def prometheus_on(dataset: Dataset, workdir: Path, rules: RuleHistory | None = N
     }
     if rules is not None:
         config["rule_files"] = [str(rules.file)]
-    server = PrometheusServer(workdir, config_override=config)
+    server = PrometheusServer(workdir, config_override=config, version=version)
     t0 = time.perf_counter()
     try:
         server.start(timeout_s=120.0)
@@ -426,18 +435,29 @@ def baseline_design(url: str, limits: str) -> Design:
     return Design("baseline", limits, read, client.close)
 
 
-def bridge_design(url: str, limits: str, *, rules: bool = False) -> Design:
+def bridge_design(url: str, limits: str, *, rules: bool = False, boundary_sums: bool = False) -> Design:
     """``otel_bridge.producers.promql.PromQLProducer`` as it is in the working tree, reading raw series
-    (``recording_rules="off"``) or through otel-bridge's recording rules (``"required"``)."""
+    (``recording_rules="off"``) or through otel-bridge's recording rules (``"required"``), with the plan it picks for
+    the store it finds (the store's exact increase where it has one), or with ``boundary_sums`` the plan for a store
+    without one (the samples at each boundary summed, and the targets that reset re-read)."""
+    from dataclasses import replace
+
     from otel_bridge.producers.base import metrics_of
     from otel_bridge.producers.promql import PromQLProducer
+    from otel_bridge.producers.promql.store import detect_store
     from otel_bridge.schema import STAT_ATTRIBUTE
 
     client = _client(url, limits)
+    store = replace(detect_store(client), increase=None) if boundary_sums else None
     producer = PromQLProducer(
-        client, _queries(), scrape_interval_s=SCRAPE_INTERVAL_S, recording_rules="required" if rules else "off"
+        client,
+        _queries(),
+        scrape_interval_s=SCRAPE_INTERVAL_S,
+        recording_rules="required" if rules else "off",
+        store=store,
     )
     producer.start()
+    assert producer.store is not None
 
     def read(window: Any) -> dict[str, float]:
         out = {}
@@ -448,14 +468,18 @@ def bridge_design(url: str, limits: str, *, rules: bool = False) -> Design:
                 out[_key(metric.name, stat, attributes)] = float(getattr(point, "value", math.nan))
         return out
 
-    return Design("otel-bridge+rules" if rules else "otel-bridge", limits, read, producer.close)
+    plan = "rules" if rules else "boundary sums" if producer.store.increase is None else "exact increase"
+    return Design(f"otel-bridge ({plan})", limits, read, producer.close)
 
 
 DESIGNS: dict[str, Callable[[str, str], Design]] = {
     "baseline": baseline_design,
-    "otel-bridge": bridge_design,
-    "otel-bridge+rules": functools.partial(bridge_design, rules=True),
+    "otel-bridge (boundary sums)": functools.partial(bridge_design, boundary_sums=True),
+    "otel-bridge (exact increase)": bridge_design,
+    "otel-bridge (rules)": functools.partial(bridge_design, rules=True),
 }
+VERSIONS = ("2.42", "3.16")
+"""The Prometheus versions every design is measured against, in one run (the baseline on the first only)."""
 
 
 # --- measuring ----------------------------------------------------------------------------------------------------
@@ -637,30 +661,40 @@ def run(
         datasets[str(n)]["rules"] = {**history.info, "wall_s": time.perf_counter() - t0}
         _log.info("promql-scale: %d replicas: rule history ready in %.1f s; one evaluation of the group %.2f s",
                   n, time.perf_counter() - t0, history.info["evaluation_s"])  # fmt: skip
-        with prometheus_on(dataset, workdir / f"prometheus-{n}", history) as backend:
-            datasets[str(n)]["prometheus_startup_s"] = backend.startup_s
-            for name, build in DESIGNS.items():
-                for limits in ("default", "raised"):
-                    result: dict[str, Any]
-                    try:
-                        design = build(backend.proxy.url, limits)
-                    except Exception as exc:  # noqa: BLE001 (recorded: a design that cannot start)
-                        result = {"start_error": f"{type(exc).__name__}: {exc}"[:400], "steps": [],
-                                  "summary": summarize([])}  # fmt: skip
-                    else:
+        for version in VERSIONS:
+            with prometheus_on(dataset, workdir / f"prometheus-{n}-{version}", history, version) as backend:
+                datasets[str(n)][f"prometheus_{version}_startup_s"] = backend.startup_s
+                for name, build in DESIGNS.items():
+                    if name == "baseline" and version != VERSIONS[0]:
+                        continue
+                    for limits in ("default", "raised"):
+                        result: dict[str, Any]
                         try:
-                            truth = rules_truth(dataset, backend, steps) if name == "otel-bridge+rules" else None
-                            result = measure(design, backend, dataset, steps, truth)
-                        finally:
-                            design.close()
-                    runs[str(n)][f"{name}/{limits}"] = result
-                    rows.append({"replicas": n, "design": name, "limits": limits, **result["summary"],
-                                 "start_error": result.get("start_error")})  # fmt: skip
-                    if result["summary"]["errors"] == 0 and not result.get("start_error"):
-                        break  # the raised limits only where the default ones fail
-    goals = {name: targets(rows, name) for name in DESIGNS}
+                            design = build(backend.proxy.url, limits)
+                        except Exception as exc:  # noqa: BLE001 (recorded: a design that cannot start)
+                            result = {"start_error": f"{type(exc).__name__}: {exc}"[:400], "steps": [],
+                                      "summary": summarize([])}  # fmt: skip
+                        else:
+                            try:
+                                truth = rules_truth(dataset, backend, steps) if "rules" in name else None
+                                result = measure(design, backend, dataset, steps, truth)
+                            finally:
+                                design.close()
+                        runs[str(n)][f"{name}/{version}/{limits}"] = result
+                        rows.append({"replicas": n, "prometheus": version, "design": name, "plan": design.name,
+                                     "limits": limits, **result["summary"],
+                                     "start_error": result.get("start_error")})  # fmt: skip
+                        if result["summary"]["errors"] == 0 and not result.get("start_error"):
+                            break  # the raised limits only where the default ones fail
+    goals = {
+        f"{name} on {version}": targets([r for r in rows if r["prometheus"] == version], name)
+        for name in DESIGNS
+        for version in VERSIONS
+        if name != "baseline" or version == VERSIONS[0]
+    }
     configuration = {
         "replicas": list(counts),
+        "prometheus_versions": list(VERSIONS),
         "steps": steps,
         "window_s": 60.0,
         "scrape_interval_s": SCRAPE_INTERVAL_S,
@@ -681,27 +715,28 @@ def run(
 def _plot(rows: list[dict[str, Any]]) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    styles = {"baseline": ("tab:grey", "s"), "otel-bridge": ("tab:blue", "o"), "otel-bridge+rules": ("tab:green", "^")}
+    styles = {
+        "baseline": ("tab:grey", "s"),
+        "otel-bridge (boundary sums)": ("tab:blue", "o"),
+        "otel-bridge (exact increase)": ("tab:orange", "D"),
+        "otel-bridge (rules)": ("tab:green", "^"),
+    }
     for design, (colour, marker) in styles.items():
-        for limits, line in (("default", "-"), ("raised", ":")):
-            mine = sorted((r for r in rows if r["design"] == design and r["limits"] == limits),
+        for version, line in zip(VERSIONS, ("-", "--"), strict=True):
+            mine = sorted((r for r in rows if r["design"] == design and r.get("prometheus", "2.42") == version),
                           key=lambda r: r["replicas"])  # fmt: skip
             good = [r for r in mine if r["errors"] == 0 and not r["start_error"]]
-            label = f"{design}" + (" (raised limits)" if limits == "raised" else "")
+            label = f"{design}, Prometheus {version}" + (" (raised limits)" if any(
+                r["limits"] == "raised" for r in good) else "")  # fmt: skip
             if good:
                 xs = [r["replicas"] for r in good]
                 left.plot(xs, [r["wall_s"] for r in good], line, marker=marker, color=colour, label=label)
-                if limits == "default":
-                    left.plot(xs, [r["prometheus_s"] for r in good], "--", color=colour, alpha=0.5,
-                              label=f"{design}: of which waiting for Prometheus")  # fmt: skip
                 right.plot(xs, [r["decoded_bytes"] for r in good], line, marker=marker, color=colour,
                            label=f"{label}, decoded")  # fmt: skip
-                right.plot(xs, [r["wire_bytes"] for r in good], line, marker=marker, color=colour, alpha=0.4,
-                           label=f"{label}, on the wire")  # fmt: skip
             for r in mine:
                 if r["errors"] and r["failed_wall_s"] is not None:
                     left.plot([r["replicas"]], [r["failed_wall_s"]], "x", color="red", markersize=10,
-                              label=f"{design} fails ({limits} limits)")  # fmt: skip
+                              label=f"{design} on {version} fails ({r['limits']} limits)")  # fmt: skip
     left.axhline(TARGET_WALL_S, color="red", linestyle=":", label="target 1 s")
     for ax, ylabel in ((left, "wall time per step (s, median)"), (right, "bytes received per step (median)")):
         ax.set_xscale("log")
@@ -721,9 +756,10 @@ def render(payload: dict[str, Any]) -> str:
         "wall = the reading, in which Prometheus = waiting for its answers; CPU = this process / Prometheus'; "
         "bytes = response bodies received, gzip on the wire / decoded JSON)",
         "",
-        "| replicas | design (limits) | wall (s) | in Prometheus (s) | CPU: Python / Prometheus (s) | requests (max) | "
-        "bytes wire / decoded | series | samples | exact steps | max rel. error | error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| replicas | Prometheus | design (limits): the plan it used | wall (s) | in Prometheus (s) | "
+        "CPU: Python / Prometheus (s) | requests (max) | bytes wire / decoded | series | samples | exact steps | "
+        "max rel. error | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["rows"]:
         error = r.get("start_error") or r.get("first_error") or ""
@@ -738,7 +774,10 @@ def render(payload: dict[str, Any]) -> str:
             if ok
             else "- | - | - | - | - | - | - | - | -"
         )
-        out.append(f"| {r['replicas']} | {r['design']} ({r['limits']}) | {numbers} | {error} |")
+        design = f"{r['design']} ({r['limits']})" + (
+            f": {r['plan']}" if r.get("plan") not in (None, r["design"]) else ""
+        )
+        out.append(f"| {r['replicas']} | {r.get('prometheus', '2.42')} | {design} | {numbers} | {error} |")
     out += ["", "| target (default limits, largest N) | " + " | ".join(payload["targets"]) + " |",
             "|---|" + "---|" * len(payload["targets"])]  # fmt: skip
     goals = payload["targets"]

@@ -24,6 +24,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 MISSING_METRICS = "otel_bridge/missing_metrics"
 QUERY_ERRORS = "otel_bridge/query_errors"
+QUERY_WARNINGS = "otel_bridge/query_warnings"
 SCRAPE_ERRORS = "otel_bridge/scrape_errors"
 BACKEND_ERRORS = "otel_bridge/backend_errors"
 BACKEND_DROPPED = "otel_bridge/backend_dropped"
@@ -39,6 +40,8 @@ UNREAD = "otel_bridge/unread_s"
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
     QUERY_ERRORS: "failed Prometheus queries",
+    QUERY_WARNINGS: "Prometheus answers that came with warnings (a partial answer: a Thanos store or a Mimir querier "
+    "that could not reach all its data may leave series out of the step)",
     SCRAPE_ERRORS: "failed /metrics scrapes",
     BACKEND_ERRORS: "failed tracker writes (each attempt)",
     BACKEND_DROPPED: "step records a tracker's full queue dropped",

@@ -29,7 +29,17 @@ namer's "simple case" runs instead: the name is split at every character outside
 stay), the pieces joined with ``_``, and nothing is added for unit or type; a namespace is put in front with ``_``, and
 only a name without one gets a leading ``_`` before a digit.
 
-A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count`` either way.
+**UTF-8 strategies.** ``NoUTF8EscapingWithSuffixes`` and ``NoTranslation`` (Prometheus 3's OTLP receiver, its
+``otlp: translation_strategy``; the collector's ``prometheus`` and ``prometheus_remote_write`` exporters) keep the
+name as the trainer wrote it, dots included (otlptranslator v1.0.0, the version Prometheus 3.16 (module v0.316.0)
+requires: ``MetricNamer.Build`` -> ``buildMetricName`` when ``UTF8Allowed``; ``strategy.go``'s ``ShouldEscape`` and
+``ShouldAddSuffixes``). With suffixes (``NoUTF8EscapingWithSuffixes``) the namespace is put in front with ``_``, then,
+innermost first: the main unit's suffix (``_seconds``) unless the name already ends with it; the ``per_`` suffix (the
+name's own trailing copy and the character before it removed first); ``_total`` for a counter and ``_ratio`` for a
+gauge of unit ``1`` (each trailing copy likewise removed first). ``NoTranslation`` adds nothing but the namespace. Such
+a name is queried as ``{"trainer.tokens_total"}``, which only a store with UTF-8 names (Prometheus 3) accepts.
+
+A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count`` in every strategy.
 """
 
 from __future__ import annotations
@@ -47,9 +57,11 @@ __all__ = [
     "METRIC_NAME",
     "METRIC_NAME_PATTERN",
     "PER_UNIT_SUFFIXES",
+    "STRATEGIES",
     "UNIT_SUFFIXES",
     "Instrument",
     "TranslationStrategy",
+    "is_classic_name",
     "metric_kind",
     "prometheus_name",
     "prometheus_series",
@@ -70,18 +82,25 @@ LABEL_NAME: Final = re.compile(LABEL_NAME_PATTERN)
 Instrument = Literal["counter", "up_down_counter", "gauge", "histogram"]
 INSTRUMENT_KINDS: Final[tuple[Instrument, ...]] = ("counter", "up_down_counter", "gauge", "histogram")
 
-#: The ``translation_strategy`` values of the collector's ``prometheus`` exporter (otlptranslator's ``strategy.go``).
+#: The ``translation_strategy`` values of otlptranslator's ``strategy.go`` (v1.0.0): Prometheus 3's ``otlp:`` section
+#: (3.16 accepts all four, ``config/config.go``) and the collector's ``prometheus`` exporter.
 TranslationStrategy = Literal[
     "UnderscoreEscapingWithSuffixes",
     "UnderscoreEscapingWithoutSuffixes",
     "NoUTF8EscapingWithSuffixes",
     "NoTranslation",
 ]
+#: strategy -> (adds unit and type suffixes, escapes to a classic name): ``ShouldAddSuffixes`` and ``ShouldEscape``.
+STRATEGIES: Final[dict[str, tuple[bool, bool]]] = {
+    "UnderscoreEscapingWithSuffixes": (True, True),
+    "UnderscoreEscapingWithoutSuffixes": (False, True),
+    "NoUTF8EscapingWithSuffixes": (True, False),
+    "NoTranslation": (False, False),
+}
 #: The strategies that write classic Prometheus names (the other two keep dots and need UTF-8 names): strategy -> with
 #: suffixes.
 ESCAPING_STRATEGIES: Final[dict[str, bool]] = {
-    "UnderscoreEscapingWithSuffixes": True,
-    "UnderscoreEscapingWithoutSuffixes": False,
+    strategy: suffixes for strategy, (suffixes, escapes) in STRATEGIES.items() if escapes
 }
 
 #: otlptranslator's ``unitMap``: the unit (or the part before ``/``) -> the suffix.
@@ -219,18 +238,64 @@ def _with_suffixes(name: str, unit: str, instrument: Instrument, namespace: str)
     return translated
 
 
+def _trim_suffix(name: str, suffix: str) -> str:
+    """``trimSuffixAndDelimiter``: ``suffix`` and the one character before it, when the name is longer than both."""
+    if name.endswith(suffix) and len(name) > len(suffix) + 1:
+        return name[: -(len(suffix) + 1)]
+    return name
+
+
+def _utf8(name: str, unit: str, instrument: Instrument, namespace: str, suffixes: bool) -> str:
+    """``buildMetricName``: the name kept as it is, suffixes appended with ``_`` (see the module docstring)."""
+    if namespace:
+        name = f"{namespace}_{name}"
+    if not suffixes:
+        return name
+    after: list[str] = []  # outermost last, as Go's deferred appends run
+    if unit == "1" and instrument == "gauge":
+        name = _trim_suffix(name, "ratio")
+        after.insert(0, "ratio")
+    if instrument == "counter":
+        name = _trim_suffix(name, "total")
+        after.insert(0, "total")
+    main, per = _unit_suffixes(unit)
+    if per:
+        name = _trim_suffix(name, per)
+        after.insert(0, per)
+    if main and not name.endswith(main):
+        name = f"{name}_{main}"
+    return "_".join([name, *after])
+
+
+def is_classic_name(name: str) -> bool:
+    """Whether ``name`` is a metric name every Prometheus-compatible store holds and queries bare
+    (``[a-zA-Z_:][a-zA-Z0-9_:]*``); any other is a UTF-8 name, quoted as ``{"a.b"}`` (Prometheus 3)."""
+    return METRIC_NAME.fullmatch(name) is not None
+
+
 def prometheus_name(
-    name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = "", suffixes: bool = True
+    name: str,
+    unit: str = "",
+    instrument: Instrument = "gauge",
+    namespace: str = "",
+    suffixes: bool = True,
+    escape: bool = True,
 ) -> str:
-    """The metric name the collector writes for an OpenTelemetry instrument ``name`` with ``unit``.
+    """The metric name the collector (or Prometheus' OTLP receiver) writes for an OpenTelemetry instrument ``name``
+    with ``unit``.
 
     ``instrument`` is the instrument's kind (:data:`INSTRUMENT_KINDS`), ``namespace`` the exporter's ``namespace``
-    (none in the shipped config), ``suffixes`` whether the exporter adds unit and type suffixes (its
-    ``add_metric_suffixes``, true by default). Raises :class:`ValueError` for a name the collector cannot translate
-    (nothing but punctuation): it drops such a metric.
+    (none in the shipped config), ``suffixes`` whether unit and type suffixes are added (the exporter's
+    ``add_metric_suffixes``, true by default), ``escape`` whether the name is escaped to a classic one (false for the
+    UTF-8 strategies; :data:`STRATEGIES` maps a ``translation_strategy`` to both). Raises :class:`ValueError` for a
+    name that cannot be translated (nothing but punctuation when escaped, empty otherwise): it is dropped.
     """
     if instrument not in _KINDS:
         raise ValueError(f"instrument must be one of {', '.join(INSTRUMENT_KINDS)}, not {instrument!r}")
+    if not escape:
+        if not name:
+            raise ValueError("an empty metric name cannot be translated")
+        return _utf8(name, unit, instrument, namespace, suffixes)
     translated = _with_suffixes(name, unit, instrument, namespace) if suffixes else _without_suffixes(name, namespace)
     if not translated.strip("_"):
         raise ValueError(f"the collector cannot translate the metric name {name!r} (it has no letter or digit)")
@@ -238,11 +303,16 @@ def prometheus_name(
 
 
 def prometheus_series(
-    name: str, unit: str = "", instrument: Instrument = "gauge", namespace: str = "", suffixes: bool = True
+    name: str,
+    unit: str = "",
+    instrument: Instrument = "gauge",
+    namespace: str = "",
+    suffixes: bool = True,
+    escape: bool = True,
 ) -> tuple[str, ...]:
     """Every sample name the collector writes for the instrument: a histogram's ``_bucket``, ``_sum`` and ``_count``,
     otherwise the one name of :func:`prometheus_name`."""
-    base = prometheus_name(name, unit, instrument, namespace, suffixes)
+    base = prometheus_name(name, unit, instrument, namespace, suffixes, escape)
     if instrument == "histogram":
         return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
     return (base,)

@@ -58,24 +58,29 @@ class Replica:
         self.process.stop()
 
 
-WARM_AHEAD = 3  # pairs kept warming: a run of quick tests (test_query's) takes them faster than one is built
+WARM_AHEAD = 2  # pairs kept warming per Prometheus version: a run of quick tests (test_query's) takes them fast
 
 
 class WarmPool:
-    """Builds the next (two replicas, a Prometheus scraping them) pair in the background while a test runs.
+    """Builds the next (two replicas, a Prometheus scraping them) pair of each Prometheus version in the background
+    while a test runs.
 
-    Prometheus 2.42 starts scraping new targets only at its scrape manager's first 5 s reload tick, so a pair built
-    when a test asks for it cost that test ~7 s; ~30 tests ask for one.
+    Prometheus starts scraping new targets only at its scrape manager's first reload tick (5 s), so a pair built when
+    a test asks for it cost that test ~7 s; ~30 tests ask for one, once per version.
     """
 
     def __init__(self, root: Path) -> None:
         self._root = root
         self._built = 0
-        self._executor = ThreadPoolExecutor(max_workers=WARM_AHEAD, thread_name_prefix="warm-prometheus")
-        self._warming: deque[Future[tuple[list[Replica], PrometheusServer]]] = deque()
+        self._executor = ThreadPoolExecutor(
+            max_workers=WARM_AHEAD * len(PROMETHEUS_VERSIONS), thread_name_prefix="warm-prometheus"
+        )
+        self._warming: dict[str, deque[Future[tuple[list[Replica], PrometheusServer]]]] = {
+            version: deque() for version in PROMETHEUS_VERSIONS
+        }
         self._lock = threading.Lock()
 
-    def _build(self) -> tuple[list[Replica], PrometheusServer]:
+    def _build(self, version: str) -> tuple[list[Replica], PrometheusServer]:
         with self._lock:
             self._built += 1
             number = self._built
@@ -85,7 +90,10 @@ class WarmPool:
             replicas = [Replica(), Replica()]
             for attempt in range(3):  # its port was free a moment ago; a server started meanwhile may have taken it
                 server = PrometheusServer(
-                    self._root / f"prometheus-{number}-{attempt}", [r.hostport for r in replicas], scrape_interval_s=1.0
+                    self._root / f"prometheus-{number}-{attempt}",
+                    [r.hostport for r in replicas],
+                    scrape_interval_s=1.0,
+                    version=version,
                 )
                 try:
                     server.start()
@@ -100,19 +108,21 @@ class WarmPool:
             raise
         return replicas, server
 
-    def take(self) -> tuple[list[Replica], PrometheusServer]:
-        """A ready pair (built now if none is warm); keeps :data:`WARM_AHEAD` more warming."""
-        if not self._warming:
-            self._warming.append(self._executor.submit(self._build))
-        ready = self._warming.popleft()
-        while len(self._warming) < WARM_AHEAD:
-            self._warming.append(self._executor.submit(self._build))
+    def take(self, version: str) -> tuple[list[Replica], PrometheusServer]:
+        """A ready pair of Prometheus ``version`` (built now if none is warm); keeps :data:`WARM_AHEAD` more warming."""
+        warming = self._warming[version]
+        if not warming:
+            warming.append(self._executor.submit(self._build, version))
+        ready = warming.popleft()
+        while len(warming) < WARM_AHEAD:
+            warming.append(self._executor.submit(self._build, version))
         return ready.result()
 
     def close(self) -> None:
-        for warming in self._warming:
-            if warming.exception() is None:  # a failed build stopped what it started
-                stop_pair(*warming.result())
+        for warming in self._warming.values():
+            for pair in warming:
+                if pair.exception() is None:  # a failed build stopped what it started
+                    stop_pair(*pair.result())
         self._executor.shutdown(wait=True)
 
 
@@ -133,8 +143,8 @@ def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
 
 
 @pytest.fixture
-def _prometheus_pair(warm_pool: WarmPool) -> Iterator[tuple[list[Replica], PrometheusServer]]:
-    replicas, server = warm_pool.take()
+def _prometheus_pair(warm_pool: WarmPool, prometheus_version: str) -> Iterator[tuple[list[Replica], PrometheusServer]]:
+    replicas, server = warm_pool.take(prometheus_version)
     try:
         yield replicas, server
     finally:
@@ -162,7 +172,8 @@ def replicas(request: pytest.FixtureRequest) -> Iterator[list[Replica]]:
 @pytest.fixture
 def prometheus(_prometheus_pair: tuple[list[Replica], PrometheusServer]) -> PrometheusServer:
     """A real Prometheus scraping both replicas every second (ready: two samples of each, warmed in the background
-    during an earlier test; its history may reach back before this test)."""
+    during an earlier test; its history may reach back before this test): the test runs once per version, Debian's
+    2.42 and 3.16 built from its Go module."""
     return _prometheus_pair[1]
 
 

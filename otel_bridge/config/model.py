@@ -11,10 +11,13 @@ A ``metrics[].otlp`` entry (:class:`OTLPInstrumentConfig`) names a trainer metri
 instead of its Prometheus name. The trainer's instruments reach Prometheus through the collector renamed
 (``trainer.tokens`` counting ``{token}`` becomes ``trainer_tokens_total``); the entry names them as the trainer wrote
 them, and the bridge queries the name the collector gives them (:mod:`otel_bridge.prometheus_names`), summed over
-every rank that pushes them. The entry mirrors the exporter's naming settings. otelcol-contrib v0.136.0's
-``prometheusremotewrite`` exporter has ``add_metric_suffixes`` only (``translation_strategy`` came to it in 2026,
-contrib PR #47714); its ``prometheus`` exporter also has ``translation_strategy`` (since v0.132.0: the
-``exporter.prometheusexporter.DisableAddMetricSuffixes`` gate registered with it,
+every rank that pushes them. The entry mirrors the exporter's naming settings, or Prometheus 3's ``otlp:
+translation_strategy`` when the trainer pushes to its OTLP receiver; the two UTF-8 strategies keep dots, which the
+PromQL path checks against the store at start-up (:mod:`otel_bridge.producers.promql.checks`).
+
+otelcol-contrib v0.136.0's ``prometheusremotewrite`` exporter has ``add_metric_suffixes`` only (``translation_strategy``
+came to it in 2026, contrib PR #47714); its ``prometheus`` exporter also has ``translation_strategy`` (since v0.132.0:
+the ``exporter.prometheusexporter.DisableAddMetricSuffixes`` gate registered with it,
 ``internal/metadata/generated_feature_gates.go`` at commit 40c9eb77, is alpha, i.e. off, in v0.136), and an explicit
 strategy wins over ``add_metric_suffixes`` (``getTranslationConfiguration`` in its ``collector.go``, read at commit
 0000b194: strategy if set, else suffixes if that gate is on, else ``add_metric_suffixes``; UTF-8 only for the two
@@ -40,9 +43,9 @@ from otel_bridge.config.load import AUTO, Lines, apply_env_overrides, read_secre
 from otel_bridge.config.messages import format_validation_error
 from otel_bridge.errors import ConfigError
 from otel_bridge.prometheus_names import (
-    ESCAPING_STRATEGIES,
     LABEL_NAME,
     METRIC_NAME,
+    STRATEGIES,
     Instrument,
     TranslationStrategy,
     metric_kind,
@@ -157,22 +160,18 @@ class OTLPInstrumentConfig(_Model):
     translation_strategy: TranslationStrategy | None = Field(
         None,
         description=(
-            "The `prometheus` exporter's `translation_strategy`, if it sets one (it then wins over "
-            "add_metric_suffixes): UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes."
+            "The translation_strategy of what named the series, if it sets one (it then wins over "
+            "add_metric_suffixes): Prometheus 3's `otlp: translation_strategy` when the trainer pushes to its OTLP "
+            "receiver, or the collector exporter's. UnderscoreEscapingWithSuffixes, "
+            "UnderscoreEscapingWithoutSuffixes, NoUTF8EscapingWithSuffixes or NoTranslation (the last two keep dots: "
+            "UTF-8 names, which need Prometheus 3)."
         ),
     )
 
     @model_validator(mode="after")
     def _translatable(self) -> Self:
-        strategy = self.translation_strategy
-        if strategy is not None and strategy not in ESCAPING_STRATEGIES:
-            raise ValueError(
-                f"translation_strategy {strategy} keeps the name's dots (a UTF-8 metric name), which the bridge does "
-                "not query: use UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes in the exporter "
-                "and here"
-            )
         translated = self.prometheus_name
-        if not METRIC_NAME.fullmatch(translated):
+        if self.escaped and not METRIC_NAME.fullmatch(translated):
             raise ValueError(
                 f"namespace {self.namespace!r} makes {translated!r}, not a valid Prometheus metric name: use letters, "
                 "digits and '_'"
@@ -181,15 +180,20 @@ class OTLPInstrumentConfig(_Model):
 
     @property
     def suffixes(self) -> bool:
-        """Whether the exporter adds unit and type suffixes: the strategy's choice if one is set."""
+        """Whether unit and type suffixes are added: the strategy's choice if one is set."""
         if self.translation_strategy is not None:
-            return ESCAPING_STRATEGIES.get(self.translation_strategy, True)
+            return STRATEGIES[self.translation_strategy][0]
         return self.add_metric_suffixes
+
+    @property
+    def escaped(self) -> bool:
+        """Whether the name is escaped to a classic Prometheus name (false for the two UTF-8 strategies)."""
+        return self.translation_strategy is None or STRATEGIES[self.translation_strategy][1]
 
     @property
     def prometheus_name(self) -> str:
         """The metric name in Prometheus (a histogram's series add ``_bucket``, ``_sum``, ``_count``)."""
-        return prometheus_name(self.name, self.unit, self.instrument, self.namespace, self.suffixes)
+        return prometheus_name(self.name, self.unit, self.instrument, self.namespace, self.suffixes, self.escaped)
 
 
 class PrometheusConfig(_Model):
@@ -470,11 +474,27 @@ class OTLPConfig(_Model):
     )
     interval_s: float = Field(10.0, gt=0, description="Push interval.")
     timeout_s: float = Field(10.0, gt=0)
+    traces: bool = Field(
+        True,
+        description=(
+            "Also push one trace per step (to the endpoint's /v1/traces). false for an endpoint that takes metrics "
+            "only: Prometheus 3's OTLP receiver (/api/v1/otlp/v1/metrics) answers traces with 404."
+        ),
+    )
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
         return None if value is None else _check_http_url(value, "otel.otlp.endpoint")
+
+    @model_validator(mode="after")
+    def _traces_to_prometheus(self) -> Self:
+        if self.enabled and self.traces and self.endpoint and urlsplit(self.endpoint).path.startswith("/api/v1/otlp"):
+            raise ValueError(
+                f"otel.otlp.endpoint {self.endpoint} is Prometheus' OTLP receiver, which takes metrics only: set "
+                "otel.otlp.traces: false (or push to a collector, which takes both)"
+            )
+        return self
 
 
 class OTelConfig(_Model):

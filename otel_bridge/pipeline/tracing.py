@@ -1,6 +1,7 @@
 """Each training step as an OpenTelemetry trace: a ``step`` span with one child span per phase.
 
-When ``otel.otlp`` is enabled the bridge exports, beside the trainer's metrics, one trace per step over OTLP/HTTP:
+When ``otel.otlp`` is enabled (and ``otel.otlp.traces`` not set false) the bridge exports, beside the trainer's
+metrics, one trace per step over OTLP/HTTP:
 
 - the span ``step`` covers the step's window (from its first phase when a phase began before the step's start, from
   the end when the first record of a run has no start), attributes ``otel_bridge.step``, ``otel_bridge.run``,
@@ -118,8 +119,8 @@ def build_step_tracer(
     infra_prefix: str,
     environ: Mapping[str, str] | None = None,
 ) -> StepTracer | None:
-    """A :class:`StepTracer` exporting over OTLP/HTTP when ``otel.otlp`` is enabled, else ``None``."""
-    if not config.otlp.enabled:
+    """A :class:`StepTracer` exporting over OTLP/HTTP when ``otel.otlp`` is enabled with ``traces``, else ``None``."""
+    if not config.otlp.enabled or not config.otlp.traces:
         return None
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider

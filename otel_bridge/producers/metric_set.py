@@ -10,7 +10,7 @@ from typing import Literal
 from otel_bridge.config import MetricConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
-from otel_bridge.prometheus_names import metric_kind
+from otel_bridge.prometheus_names import is_classic_name, metric_kind
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
 _log = logging.getLogger(__name__)
@@ -46,6 +46,14 @@ class MetricQuery:
     full_scale: float | None = None
     roles: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     source_index: int = field(default=0, compare=False)
+    utf8: bool = False
+    """An ``otlp:`` entry whose translation strategy keeps dots: :attr:`name` may be a UTF-8 name, quoted in
+    selectors (``{"trainer.tokens_total"}``) and refused on a store without UTF-8 names."""
+
+    @property
+    def utf8_names(self) -> tuple[str, ...]:
+        """The sample names this query reads that only a store with UTF-8 names holds."""
+        return tuple(n for n in self.series_names() if not is_classic_name(n)) if self.utf8 else ()
 
     @property
     def needs_kind(self) -> bool:
@@ -143,7 +151,8 @@ def _query(config: MetricConfig, index: int) -> MetricQuery:
         _log.debug("metrics[%d]: OpenTelemetry instrument %s is %s in Prometheus", index, config.otlp.name, name)
         kind = metric_kind(config.otlp.instrument)
         stats = stats or DEFAULT_STATS[kind]
-        return MetricQuery(key_name=config.alias or name, name=name, kind=kind, stats=stats, **common)  # type: ignore[arg-type]
+        utf8 = not config.otlp.escaped
+        return MetricQuery(key_name=config.alias or name, name=name, kind=kind, stats=stats, utf8=utf8, **common)  # type: ignore[arg-type]
     assert config.name is not None
     return MetricQuery(
         key_name=config.alias or config.name,

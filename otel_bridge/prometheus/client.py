@@ -73,6 +73,12 @@ class PrometheusClient:
         self._post_threshold_bytes = post_threshold_bytes
         self._transport = Transport(transport, headers={"User-Agent": user_agent, "Accept": "application/json"})
         self._closed = False
+        self._query_params: tuple[tuple[str, str], ...] = ()
+
+    def add_query_params(self, params: Sequence[tuple[str, str]]) -> None:
+        """Send ``params`` with every query from now on: what the store needs to answer a query at an exact time
+        (VictoriaMetrics: ``nocache=1``, or it evaluates a query near now at ``now - search.latencyOffset``)."""
+        self._query_params = (*self._query_params, *params)
 
     def query(self, expr: str, *, time: float | None = None, timeout_s: float | None = None) -> QueryResult:
         """Evaluate the instant query ``expr`` (``/api/v1/query``), at ``time`` (unix seconds) if given.
@@ -82,7 +88,7 @@ class PrometheusClient:
         """
         if not isinstance(expr, str) or not expr.strip():
             raise ConfigError("the PromQL expression is empty; give a query such as 'up'")
-        params: list[tuple[str, str]] = [("query", expr)]
+        params: list[tuple[str, str]] = [("query", expr), *self._query_params]
         if time is not None:
             params.append(("time", _format_time(time)))
         data, warnings = self._call("/api/v1/query", params, timeout_s=timeout_s, expr=expr, allow_post=True)
@@ -112,13 +118,40 @@ class PrometheusClient:
             result[name] = entries
         return result
 
-    def buildinfo(self) -> dict[str, str]:
-        """Prometheus build information (``/api/v1/status/buildinfo``): version, revision, ..."""
+    def buildinfo(self) -> dict[str, Any]:
+        """Build information (``/api/v1/status/buildinfo``): version, revision, ... (Grafana Mimir adds
+        ``application`` and ``features``)."""
         url = self.url + "/api/v1/status/buildinfo"
         data, _ = self._call("/api/v1/status/buildinfo", [])
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise shape_error(url, "buildinfo 'data' is not an object of strings")
-        return cast(dict[str, str], data)
+        if not isinstance(data, dict) or not isinstance(data.get("version"), str):
+            raise shape_error(url, "buildinfo 'data' is not an object with a version")
+        return cast(dict[str, Any], data)
+
+    def features(self) -> dict[str, Any]:
+        """What the server says it supports (``/api/v1/features``, Prometheus 3.9 and later): ``{"promql":
+        {"anchored": true, ...}, "api": {...}, ...}``; a :class:`PrometheusError` from a server without it."""
+        url = self.url + "/api/v1/features"
+        data, _ = self._call("/api/v1/features", [])
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise shape_error(url, "features 'data' is not an object of objects")
+        return cast(dict[str, Any], data)
+
+    def flags(self) -> dict[str, str] | None:
+        """VictoriaMetrics' ``/flags`` (``-name="value"`` lines: the flags it was started with), or ``None`` from a
+        server that answers that path otherwise (Prometheus serves its web UI there)."""
+        try:
+            answer = self._transport.get(self.url + "/flags")
+        except TransportError as exc:
+            raise self._failure(exc, self.url + "/flags", None) from exc
+        if answer.status != 200 or not answer.headers.get("Content-Type", "").startswith("text/plain"):
+            return None
+        flags: dict[str, str] = {}
+        for line in answer.body.decode("utf-8", "replace").splitlines():
+            name, equals, value = line.strip().partition("=")
+            if not name.startswith("-") or not equals:
+                return None
+            flags[name[1:]] = value.strip('"')
+        return flags
 
     def runtimeinfo(self) -> dict[str, Any]:
         """Prometheus runtime information (``/api/v1/status/runtimeinfo``): ``startTime``, ``reloadConfigSuccess``..."""

@@ -108,17 +108,23 @@ def quote_label_value(value: str) -> str:
     return "".join(parts)
 
 
-def selector(metric: str, matchers: Mapping[str, str] | None = None) -> str:
+def selector(metric: str, matchers: Mapping[str, str] | None = None, *, utf8: bool = False) -> str:
     """Build an instant-vector selector such as ``vllm:x{a="b",c="d"}`` (matchers sorted by label name).
 
-    The metric and label names are validated, the values quoted. Without matchers the bare metric name
-    is returned.
+    The metric and label names are validated, the values quoted. Without matchers the bare metric name is returned.
+    With ``utf8`` (an ``otlp:`` entry whose translation strategy keeps dots: ``NoUTF8EscapingWithSuffixes``,
+    ``NoTranslation``) a name outside the classic grammar is a UTF-8 name and is quoted inside the braces,
+    ``{"trainer.tokens_total",a="b"}``, which only a store with UTF-8 names (Prometheus 3) parses;
+    :func:`otel_bridge.producers.promql.checks.check_names` refuses such entries on any other store at start-up.
     """
+    given = matchers or {}
+    inner = [f"{validate_label_name(label)}={quote_label_value(given[label])}" for label in sorted(given)]
+    if utf8 and isinstance(metric, str) and metric and METRIC_NAME.fullmatch(metric) is None:
+        return "{" + ",".join([quote_label_value(metric), *inner]) + "}"
     validate_metric_name(metric)
-    if not matchers:
+    if not inner:
         return metric
-    inner = ",".join(f"{validate_label_name(label)}={quote_label_value(matchers[label])}" for label in sorted(matchers))
-    return f"{metric}{{{inner}}}"
+    return f"{metric}{{{','.join(inner)}}}"
 
 
 def duration(seconds: float) -> str:
@@ -183,17 +189,20 @@ def union(exprs: Sequence[str]) -> str:
     return " or ".join(f"({expr})" for expr in exprs)
 
 
-def regex_alternation(names: Sequence[str]) -> str:
+def regex_alternation(names: Sequence[str], *, utf8: bool = False) -> str:
     """Quoted RE2 alternation of metric names for a ``{__name__=~...}`` matcher: ``"a|b|c"``.
 
-    Every name is validated as a metric name and regex-escaped. Raises :class:`ConfigError` for an empty
-    sequence or an invalid name.
+    Every name is validated as a metric name and regex-escaped. With ``utf8`` (names of resolved queries, which the
+    configuration and :func:`otel_bridge.producers.promql.checks.check_names` have already checked) a name may also be
+    a UTF-8 name such as ``trainer.tokens_total``: a matcher's value parses on every store. Raises
+    :class:`ConfigError` for an empty sequence or an invalid name.
     """
     if isinstance(names, str):
         raise ConfigError("regex_alternation() takes a sequence of metric names, not a single string")
     if not names:
         raise ConfigError("regex_alternation() needs at least one metric name")
-    escaped = ("".join(f"\\{c}" if c in _RE2_SPECIAL else c for c in validate_metric_name(n)) for n in names)
+    checked = [n if utf8 and isinstance(n, str) and n else validate_metric_name(n) for n in names]
+    escaped = ("".join(f"\\{c}" if c in _RE2_SPECIAL else c for c in n) for n in checked)
     return quote_label_value("|".join(escaped))
 
 

@@ -74,14 +74,40 @@ def test_doctor_json_passes_and_validates(tmp_path: Path, prometheus: Prometheus
     assert check_named(document, "config")["status"] == "pass"
     assert check_named(document, "ray")["status"] == "skip"
     assert check_named(document, "prometheus")["detail"].startswith(prometheus.url)
-    assert (
-        "Prometheus 2." in check_named(document, "prometheus")["detail"]
-        or "Prometheus 3." in (check_named(document, "prometheus")["detail"])
-    )
     assert check_named(document, "prometheus targets")["detail"] == "2/2 up"
     assert check_named(document, "deprecated names")["status"] == "pass"
     names = [c["name"] for c in document["checks"]]
     assert names.index("prometheus") < names.index("metric vllm:kv_cache_usage_perc") < names.index("tracker jsonl")
+
+
+EXPECTED_PLAN = {  # version -> (what doctor reports the server to be, how a sample-bounded step is read)
+    "2.42": ("Prometheus 2.42.0", "the samples around each boundary (no exact increase() in this store)"),
+    "3.16": ("Prometheus 3.16.0", "one anchored increase() per window (exact: no extrapolation)"),
+}
+
+
+@pytest.mark.parametrize("rules", ["off", "auto"])
+def test_doctor_names_the_store_its_version_and_the_plan_it_reads_steps_by(
+    tmp_path: Path, prometheus: PrometheusServer, prometheus_version: str, rules: str
+) -> None:
+    """Which store and version ``prometheus.url`` is, and how a step will be read from it, come from the store itself
+    (buildinfo and probe queries), not from a version guess: 2.42 has no exact increase, 3.16 has anchored ones;
+    otel-bridge's recording rules are not loaded in this Prometheus, which the plan says."""
+    config = promql_config(
+        prometheus,
+        [{"name": "vllm:generation_tokens_total", "type": "counter"}],
+        run={"dir": str(tmp_path / "runs")},
+    )
+    config["prometheus"].update(boundary="samples", recording_rules=rules)
+    status, document = doctor_json(tmp_path, config)
+    assert status == 0, document
+    server, deltas = EXPECTED_PLAN[prometheus_version]
+    assert check_named(document, "prometheus")["detail"].startswith(f"{prometheus.url} (from config): {server}")
+    plan = check_named(document, "query plan")
+    assert plan["status"] == "pass"
+    assert plan["detail"].startswith(server), plan
+    assert f": a step's counters and histograms are read by {deltas};" in plan["detail"], plan
+    assert ("recording rules are not used (Prometheus has no rule group" in plan["detail"]) == (rules == "auto"), plan
 
 
 def test_doctor_fails_with_fix_when_prometheus_is_down(tmp_path: Path) -> None:
@@ -127,9 +153,12 @@ def test_doctor_fails_on_a_deprecated_vllm_name_with_its_replacement(
     assert check_named(document, "metric vllm:kv_cache_usage_perc")["status"] == "pass"
 
 
-def test_doctor_reports_a_down_scrape_target(tmp_path: Path, replicas: list[Replica]) -> None:
+def test_doctor_reports_a_down_scrape_target(tmp_path: Path, replicas: list[Replica], prometheus_version: str) -> None:
     prom = PrometheusServer(
-        tmp_path / "prom", [replicas[0].hostport, f"127.0.0.1:{free_port()}"], scrape_interval_s=1.0
+        tmp_path / "prom",
+        [replicas[0].hostport, f"127.0.0.1:{free_port()}"],
+        scrape_interval_s=1.0,
+        version=prometheus_version,
     )
     try:
         prom.start()
@@ -228,3 +257,29 @@ def test_doctor_warns_when_the_scrape_interval_is_long_against_the_steps(
     forced = {**config, "prometheus": {**config["prometheus"], "boundary": "scrape"}}
     status, document = doctor_json(tmp_path, forced)
     assert check_named(document, "step boundaries")["status"] == "pass"
+
+
+def test_doctor_checks_an_otlp_entry_with_a_utf8_name(
+    tmp_path: Path, prometheus: PrometheusServer, prometheus_version: str
+) -> None:
+    """An ``otlp:`` entry under a UTF-8 translation strategy names ``trainer.tokens_total`` as Prometheus 3 stores it:
+    doctor asks for it quoted, and says it has no series yet (the trainer has not pushed), rather than failing on the
+    dot; on 2.42, which cannot hold such a name, doctor says so as the bridge's start-up would, with what to change."""
+    entry = {
+        "otlp": {
+            "name": "trainer.tokens",
+            "unit": "{token}",
+            "instrument": "counter",
+            "translation_strategy": "NoUTF8EscapingWithSuffixes",
+        },
+        "alias": "tokens",
+    }
+    status, document = doctor_json(tmp_path, promql_config(prometheus, [entry]))
+    check = check_named(document, "metric tokens")
+    assert check["status"] == "fail", check
+    if prometheus_version == "2.42":
+        assert "Prometheus 2.42.0+ds has no UTF-8 metric names" in check["detail"], check
+        assert "metrics[0].otlp.translation_strategy" in check["detail"], check
+    else:
+        assert check["detail"] == "no series for trainer.tokens_total", check
+    assert status == 1

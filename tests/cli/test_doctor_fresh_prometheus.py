@@ -27,9 +27,13 @@ from tests.helpers.prometheus_server import PrometheusServer
 
 
 @pytest.mark.integration
-def test_doctor_right_after_prometheus_starts_waits_for_its_first_scrapes(tmp_path: Path) -> None:
+def test_doctor_right_after_prometheus_starts_waits_for_its_first_scrapes(
+    tmp_path: Path, prometheus_version: str
+) -> None:
     replicas = [Replica(), Replica()]
-    server = PrometheusServer(tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0)
+    server = PrometheusServer(
+        tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0, version=prometheus_version
+    )
     try:
         server.start()  # ready: it answers, but has not taken up (let alone scraped) its targets yet
         config = {

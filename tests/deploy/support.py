@@ -36,8 +36,8 @@ IN_CLUSTER_PROMETHEUS_CONFIG = BASE_DIR / "prometheus" / "prometheus.yml"
 #: v0.165.0), and the contrib image the Kubernetes base runs.
 COLLECTOR_VERSION = "0.165.1"
 COLLECTOR_IMAGE = f"otel/opentelemetry-collector-contrib:{COLLECTOR_VERSION}"
-#: Prometheus image deployed in the cluster (v3.5 is an LTS release).
-PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
+#: Prometheus image deployed in the cluster: the release the suite runs every Prometheus test against.
+PROMETHEUS_IMAGE = "prom/prometheus:v3.16.0"
 #: Kubernetes version whose OpenAPI schemas (shipped by kubernetes-validate) the rendered objects must satisfy.
 KUBERNETES_VERSION = "1.32.0"
 #: The overlays that must render and validate (deploy/kubernetes/overlays/<name>).

@@ -425,18 +425,6 @@ def readings(run: Run) -> str:
     return "bridge/stored/truth per step:\n  " + "\n  ".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "otel_bridge reads the run's last window at close() at once: with only remote-written series Prometheus "
-        "lists no targets, so the PromQL producer knows no schedule (schedule_of: storing delay 0; _closing_s: 0 when "
-        "no target is known) and neither waits for the samples the collector stamped before the end (they arrive up "
-        "to batch.timeout 1 s + otel.otlp.interval_s later) nor for the first sample after the end that closes the "
-        "window. The interior steps are exact against Prometheus' complete samples (each is read at the next "
-        "boundary, after they arrived); the last step misses what was counted in its final ~1 s (see the readings "
-        "in the failure). Remove this mark once the core closes remote-written windows."
-    ),
-)
 def test_run_sums_are_exact(run: Run) -> None:
     """Contiguous steps tile the run: the sums over steps equal what the servers and the trainer counted."""
     errors = sum_errors(run)

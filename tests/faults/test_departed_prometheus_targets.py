@@ -47,7 +47,7 @@ def up(prometheus: PrometheusServer) -> dict[str, float]:
 
 @pytest.mark.parametrize("boundary", ["samples", "scrape"])
 def test_a_target_prometheus_no_longer_scrapes_loses_its_health_key(
-    tmp_path: Path, replicas: list[Replica], boundary: str
+    tmp_path: Path, replicas: list[Replica], boundary: str, prometheus_version: str
 ) -> None:
     replica = replicas[0]
     # Nothing listens on these two: every scrape of them fails, so each gets a scrape_errors key from ``up``.
@@ -59,7 +59,9 @@ def test_a_target_prometheus_no_longer_scrapes_loses_its_health_key(
         "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
         "scrape_timeout": "1s",
     }
-    prometheus = PrometheusServer(tmp_path / "prom", extra_scrape_configs=[job], scrape_interval_s=1.0)
+    prometheus = PrometheusServer(
+        tmp_path / "prom", extra_scrape_configs=[job], scrape_interval_s=1.0, version=prometheus_version
+    )
     collecting = CollectingBackend()
     config = base_config(
         tmp_path,

@@ -70,12 +70,14 @@ def test_prometheus_absent_at_start_degrade_runs(tmp_path: Path, caplog: pytest.
 
 
 def test_prometheus_killed_mid_run_and_restarted(
-    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture, prometheus_version: str
 ) -> None:
     caplog.set_level(logging.INFO)
     replicas[0].sim.set_running(4)
     replicas[1].sim.set_running(2)
-    prometheus = PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], port=free_port())
+    prometheus = PrometheusServer(
+        tmp_path / "prom", [r.hostport for r in replicas], port=free_port(), version=prometheus_version
+    )
     collecting = CollectingBackend()
     records: dict[int, dict[str, float]] = {}
     try:

@@ -171,7 +171,8 @@ class PrometheusServer(ServerProcess):
     with ``--web.enable-lifecycle``, so ``POST /-/reload`` re-reads :attr:`config_path` (what verl's
     ``update_prometheus_config`` does after rewriting that file). ``remote_write`` starts it with
     ``--web.enable-remote-write-receiver`` (``tests/helpers/remote_write.py`` pushes to it). ``otlp_receiver`` (3.x)
-    starts it with ``--web.enable-otlp-receiver`` (``/api/v1/otlp/v1/metrics``); ``features`` are
+    starts it with ``--web.enable-otlp-receiver`` (``/api/v1/otlp/v1/metrics``) and ``otlp`` is the config's ``otlp:``
+    section (3.x: ``{"translation_strategy": "NoTranslation"}``, ...); ``features`` are
     ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x).
     """
 
@@ -193,17 +194,19 @@ class PrometheusServer(ServerProcess):
         otlp_receiver: bool = False,
         features: Sequence[str] = (),
         fallback_scrape_protocol: str | None = None,
+        otlp: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(workdir, port, "/-/ready")
         if version not in PROMETHEUS_VERSIONS:
             raise ValueError(f"unknown Prometheus version {version!r}: one of {PROMETHEUS_VERSIONS}")
-        if version == "2.42" and (otlp_receiver or fallback_scrape_protocol):
+        if version == "2.42" and (otlp_receiver or fallback_scrape_protocol or otlp):
             raise ValueError("the OTLP receiver and fallback_scrape_protocol need Prometheus 3 (version='3.16')")
         self.version = version
         self.config_path = workdir / "prometheus.yml"
         self.enable_lifecycle = enable_lifecycle
         self.remote_write = remote_write
         self.otlp_receiver = otlp_receiver
+        self.otlp = dict(otlp) if otlp is not None else None
         self.features = list(features)
         self.fallback_scrape_protocol = fallback_scrape_protocol
         self.targets = list(targets)
@@ -234,6 +237,8 @@ class PrometheusServer(ServerProcess):
         }
         if self.rules is not None:
             config["rule_files"] = ["rules.yml"]
+        if self.otlp is not None:
+            config["otlp"] = self.otlp
         return config
 
     def command(self) -> list[str]:

@@ -1,8 +1,10 @@
 """Step windows against the truth while requests keep finishing across step boundaries (issue 12).
 
 Two simulated vLLM replicas complete a request every 10-40 ms each (1-50 generated tokens) from a background thread
-(:class:`tests.helpers.traffic.Traffic`), which logs the time of every completion; a real Prometheus scrapes them. Each
-case runs three bridges side by side on the same traffic and steps:
+(:class:`tests.helpers.traffic.Traffic`), which logs the time of every completion; two real Prometheus servers scrape
+them, one of each version the suite runs (Debian's 2.42 and 3.16 built from its Go module): left-open ranges and
+lookback in 3, anchored increases and so on must not change a number. Each case runs its bridges side by side on the
+same traffic and steps, each PromQL mode once per Prometheus (``auto@2.42``, ``auto@3.16``, ...):
 
 - ``auto``: the PromQL path with the default ``prometheus.boundary: auto`` (two targets that answer: the bridge
   scrapes them itself at each boundary, so every window is bounded by what the servers said at its boundaries);
@@ -72,7 +74,7 @@ from otel_bridge.producers.promql.rules import rules_document
 from tests.conftest import Replica
 from tests.helpers.cpu_load import CPULoad
 from tests.helpers.logs import LogRecords
-from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
 
 pytestmark = pytest.mark.integration
@@ -85,9 +87,22 @@ pytestmark = pytest.mark.integration
 BAND_S = 0.3
 SAMPLE_INTERVAL_S = 0.25  # the scrape path's in-step samples
 LAST_PHASE = 0.75  # the contiguous case's last step ends this much of an interval after a Prometheus scrape
-PATHS = ("auto", "samples", "rules", "scrape")
-LAGGING = ("samples", "rules")
-BOUNDARY_READ = ("auto", "scrape", "boundary_scrape")  # paths that read the targets themselves at each boundary
+
+
+def on(mode: str, version: str) -> str:
+    """The path name of PromQL mode ``mode`` reading the Prometheus of ``version``."""
+    return f"{mode}@{version}"
+
+
+def mode_of(path: str) -> str:
+    return path.partition("@")[0]
+
+
+AUTO = tuple(on("auto", version) for version in PROMETHEUS_VERSIONS)
+LAGGING = tuple(on(mode, version) for version in PROMETHEUS_VERSIONS for mode in ("samples", "rules"))
+BOUNDARY_SCRAPE = tuple(on("boundary_scrape", version) for version in PROMETHEUS_VERSIONS)
+PATHS = (*AUTO, *LAGGING, "scrape")
+BOUNDARY_READ = ("auto", "scrape", "boundary_scrape")  # modes that read the targets themselves at each boundary
 CASES = (
     "contiguous",
     "short_steps",
@@ -137,39 +152,47 @@ class Outcome:
 
 
 @contextmanager
-def environment(workdir: Path, interval_s: float) -> Iterator[tuple[list[Replica], PrometheusServer]]:
-    """Two replicas and a real Prometheus scraping them every ``interval_s``; all stopped on exit."""
+def environment(workdir: Path, interval_s: float) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
+    """Two replicas and a real Prometheus of each version scraping them every ``interval_s``; all stopped on exit."""
     replicas: list[Replica] = []
-    server: PrometheusServer | None = None
+    servers: dict[str, PrometheusServer] = {}
     try:
         for _ in range(2):
             replicas.append(Replica())
         rules = rules_document(resolve_metrics([MetricConfig.model_validate(m) for m in METRICS]), interval_s)
-        server = PrometheusServer(
-            workdir / "prometheus", [r.hostport for r in replicas], scrape_interval_s=interval_s, rules=rules
-        )
-        server.start()
-        server.wait_for_samples("vllm:generation_tokens_total", count=2)
-        yield replicas, server
+        for version in PROMETHEUS_VERSIONS:
+            servers[version] = PrometheusServer(
+                workdir / f"prometheus-{version}",
+                [r.hostport for r in replicas],
+                scrape_interval_s=interval_s,
+                rules=rules,
+                version=version,
+            )
+            servers[version].start()
+        for server in servers.values():
+            server.wait_for_samples("vllm:generation_tokens_total", count=2)
+        yield replicas, servers
     finally:
-        if server is not None:
+        for server in servers.values():
             server.stop()
         for replica in replicas:
             replica.stop()
 
 
 def bridge_config(
-    path: str, workdir: Path, replicas: Sequence[Replica], prometheus: PrometheusServer
+    path: str, workdir: Path, replicas: Sequence[Replica], servers: Mapping[str, PrometheusServer]
 ) -> dict[str, Any]:
-    config: dict[str, Any] = {"metrics": METRICS, "run": {"name": path, "dir": str(workdir / "runs")}}
-    if path == "scrape":
+    config: dict[str, Any] = {"metrics": METRICS, "run": {"name": path.replace("@", "-"), "dir": str(workdir / "runs")}}
+    mode, _, version = path.partition("@")
+    if mode == "scrape":
         config["scrape"] = {"targets": [r.url for r in replicas], "sample_interval_s": SAMPLE_INTERVAL_S}
     else:
+        prometheus = servers[version]
         config["prometheus"] = {"url": prometheus.url, "scrape_interval_s": prometheus.scrape_interval_s}
-        if path in LAGGING:
+        if mode in ("samples", "rules"):
             config["prometheus"]["boundary"] = "samples"
-            config["prometheus"]["recording_rules"] = "required" if path == "rules" else "off"
-        elif path == "boundary_scrape":
+            config["prometheus"]["recording_rules"] = "required" if mode == "rules" else "off"
+        elif mode == "boundary_scrape":
             config["prometheus"]["boundary"] = "scrape"
     return config
 
@@ -188,16 +211,16 @@ def run_case(
     :data:`BUSY_PROCESSES` CPU-bound processes running from before the servers start until all is closed."""
     with (
         CPULoad(BUSY_PROCESSES if busy else 0),
-        environment(workdir, interval_s) as (replicas, prometheus),
+        environment(workdir, interval_s) as (replicas, servers),
         ExitStack() as stack,
         LogRecords("otel_bridge") as logged,
     ):
         traffic = Traffic([r.sim for r in replicas], seed=len(case), start_delay_s=BAND_S)
         stack.callback(traffic.stop)
-        bridges = [
-            stack.enter_context(Bridge.from_config(bridge_config(p, workdir, replicas, prometheus))) for p in paths
-        ]
-        notes = drive(bridges, traffic, replicas, prometheus)
+        bridges = [stack.enter_context(Bridge.from_config(bridge_config(p, workdir, replicas, servers))) for p in paths]
+        # A driver that aligns a boundary with Prometheus' scrapes aligns it with the first version's (the other
+        # Prometheus scrapes at its own offset).
+        notes = drive(bridges, traffic, replicas, servers[PROMETHEUS_VERSIONS[0]])
         traffic.stop()  # the drivers stop it already; a last completion must not race close()
         for bridge in bridges:
             bridge.close()  # delivers every step; with boundary: samples, waits for the samples after the last end
@@ -401,7 +424,7 @@ CASE_SPECS: dict[str, Case] = {
         1.0,
         True,
         drive_contiguous([1.2] * 10, hooks={2: end_process(0), 6: start_process(0)}),
-        paths=(*PATHS, "boundary_scrape"),
+        paths=(*PATHS, *BOUNDARY_SCRAPE),
     ),
     # Replica 1's HTTP server is down from 0.2 s into step 2 until 0.2 s into step 4 (its simulator keeps counting);
     # PromQL path with the defaults only.
@@ -409,7 +432,7 @@ CASE_SPECS: dict[str, Case] = {
         1.0,
         True,
         drive_contiguous([1.3, 1.3, 1.5, 1.5, 1.5, 1.3], hooks={2: stop_server(1), 4: start_server(1)}),
-        paths=("auto",),
+        paths=AUTO,
     ),
 }
 
@@ -514,7 +537,7 @@ def sum_errors(outcome: Outcome, path: str) -> list[str]:
 def lag_errors(outcome: Outcome, path: str) -> list[str]:
     """The lag is reported and bounded: one scrape interval (plus one rule interval through the rules) and 1 s."""
     errors = []
-    intervals = 2 if path == "rules" else 1
+    intervals = 2 if mode_of(path) == "rules" else 1
     for record in outcome.records[path]:
         lag = record.values.get(LAG_KEY)
         if lag is None:
@@ -535,11 +558,12 @@ def report(outcome: Outcome, path: str, errors: list[str]) -> str:
 # -- boundary: auto (the default): every step exact up to what completed within BAND_S after its boundaries -----------
 
 
+@pytest.mark.parametrize("path", AUTO)
 @pytest.mark.parametrize("case", CASES)
-def test_default_promql_steps_match_the_truth(case: str, outcome_of: Callable[[str], Outcome]) -> None:
+def test_default_promql_steps_match_the_truth(case: str, path: str, outcome_of: Callable[[str], Outcome]) -> None:
     outcome = outcome_of(case)
-    errors = step_errors(outcome, "auto", boundary_slack) + sum_errors(outcome, "auto")
-    assert not errors, report(outcome, "auto", errors)
+    errors = step_errors(outcome, path, boundary_slack) + sum_errors(outcome, path)
+    assert not errors, report(outcome, path, errors)
 
 
 # -- the scrape path, the reference: the same checks -------------------------------------------------------------------
@@ -594,9 +618,10 @@ def test_last_step_counts_the_traffic_until_its_end(path: str, outcome_of: Calla
 # -- a target that is down is reported ---------------------------------------------------------------------------------
 
 
-def test_down_target_is_reported_and_the_sum_stays_exact(outcome_of: Callable[[str], Outcome]) -> None:
+@pytest.mark.parametrize("path", AUTO)
+def test_down_target_is_reported_and_the_sum_stays_exact(path: str, outcome_of: Callable[[str], Outcome]) -> None:
     down = outcome_of("down")
-    records = down.records["auto"]
+    records = down.records[path]
     hostport = down.hostports[1]
     errors = []
     for record in records[:2]:
@@ -622,8 +647,8 @@ def test_down_target_is_reported_and_the_sum_stays_exact(outcome_of: Callable[[s
             errors.append(f"step {record.step} ({hostport} down at its end): unread_s {unread}, {count} unread")
         if record.step not in (2, 3) and (unread is not None or count != 0):
             errors.append(f"step {record.step} ({hostport} up at its end): unread_s {unread}, {count} unread")
-    errors += sum_errors(down, "auto")
-    assert not errors, report(down, "auto", errors)
+    errors += sum_errors(down, path)
+    assert not errors, report(down, path, errors)
 
 
 # -- a process that ends and comes back a minute later (shortened): named while unread, read again, sum exact ---------
@@ -645,7 +670,7 @@ def outage_errors(outcome: Outcome, path: str) -> list[str]:
     (outage,) = traffic.outages
     (restart,) = traffic.restarts
     # A path reading Prometheus' samples sees the change at Prometheus' next scrape (an interval, and its slack).
-    late = 0.0 if path in BOUNDARY_READ else outcome.interval_s + BAND_S
+    late = 0.0 if mode_of(path) in BOUNDARY_READ else outcome.interval_s + BAND_S
     errors = []
     first_unread: StepRecord | None = None
     for record in records:
@@ -682,7 +707,7 @@ def outage_errors(outcome: Outcome, path: str) -> list[str]:
             )
 
     def slack(traffic: Traffic, record: StepRecord) -> tuple[Counts, Counts]:
-        below, above = (boundary_slack if path in BOUNDARY_READ else lag_slack)(traffic, record)
+        below, above = (boundary_slack if mode_of(path) in BOUNDARY_READ else lag_slack)(traffic, record)
         start, end = window_of(record)
         if start < outage.down <= end:
             below = below + lost_most
@@ -691,7 +716,7 @@ def outage_errors(outcome: Outcome, path: str) -> list[str]:
     return errors + step_errors(outcome, path, slack)
 
 
-@pytest.mark.parametrize("path", [*PATHS, "boundary_scrape"])
+@pytest.mark.parametrize("path", [*PATHS, *BOUNDARY_SCRAPE])
 @pytest.mark.parametrize("case", OUTAGES)
 def test_a_target_that_comes_back_is_read_again_and_named_while_it_is_not(
     case: str, path: str, outcome_of: Callable[[str], Outcome]
@@ -709,5 +734,5 @@ def test_the_log_says_once_per_path_that_a_target_is_unread(case: str, outcome_o
     hostport = outcome.hostports[0]
     own = [w for w in outcome.warnings if hostport in w and "unread_s" in w and "Prometheus" not in w]
     prometheus = [w for w in outcome.warnings if hostport in w and "Prometheus" in w]
-    assert len(own) == len(BOUNDARY_READ), own
+    assert len(own) == sum(mode_of(p) in BOUNDARY_READ for p in outcome.records), own
     assert len(prometheus) == len(LAGGING), prometheus  # and none from the boundary-reading paths' Prometheus

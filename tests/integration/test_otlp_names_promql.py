@@ -159,11 +159,13 @@ def check_trainer_keys(records: list[dict[str, Any]], names: tuple[str, str, str
         assert record["otel_bridge/missing_metrics"] == 0, record
 
 
-def trainer_only_records(tmp_path: Path, names: tuple[str, str, str], metrics: list[dict[str, Any]]) -> None:
+def trainer_only_records(
+    tmp_path: Path, names: tuple[str, str, str], metrics: list[dict[str, Any]], prometheus_version: str
+) -> None:
     """The trainer's series remote-written under ``names`` into a Prometheus that scrapes nothing, read by ``metrics``
     per step (boundary auto: no target serves them); the records must hold both ranks' sums."""
     trainer = TrainerSeries(names)
-    prometheus = PrometheusServer(tmp_path / "prometheus", remote_write=True)
+    prometheus = PrometheusServer(tmp_path / "prometheus", remote_write=True, version=prometheus_version)
     try:
         prometheus.start()
         with collector(prometheus, trainer):
@@ -181,25 +183,31 @@ def trainer_only_records(tmp_path: Path, names: tuple[str, str, str], metrics: l
 
 
 @pytest.mark.integration
-def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path) -> None:
-    trainer_only_records(tmp_path, SUFFIXED, OTLP_METRICS)
+def test_trainer_metrics_by_otel_name_are_read_per_step(tmp_path: Path, prometheus_version: str) -> None:
+    trainer_only_records(tmp_path, SUFFIXED, OTLP_METRICS, prometheus_version)
 
 
 @pytest.mark.integration
-def test_without_suffixes_the_entries_read_the_bare_names(tmp_path: Path) -> None:
+def test_without_suffixes_the_entries_read_the_bare_names(tmp_path: Path, prometheus_version: str) -> None:
     """The exporter set to add_metric_suffixes: false writes bare names; entries with the same setting read them (and
     entries without it would look for the suffixed names, which do not exist)."""
     metrics = [{**entry, "otlp": {**entry["otlp"], "add_metric_suffixes": False}} for entry in OTLP_METRICS]
-    trainer_only_records(tmp_path, BARE, metrics)
+    trainer_only_records(tmp_path, BARE, metrics, prometheus_version)
 
 
 @pytest.mark.integration
-def test_remote_written_trainer_metrics_beside_scraped_rollout_servers(tmp_path: Path, replicas: list[Replica]) -> None:
+def test_remote_written_trainer_metrics_beside_scraped_rollout_servers(
+    tmp_path: Path, replicas: list[Replica], prometheus_version: str
+) -> None:
     """Prometheus scrapes the vLLM replicas itself (so boundary auto scrapes them at each boundary) while the trainer's
     series arrive by remote write, from no target: both are read per step."""
     trainer = TrainerSeries()
     prometheus = PrometheusServer(
-        tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0, remote_write=True
+        tmp_path / "prometheus",
+        [r.hostport for r in replicas],
+        scrape_interval_s=1.0,
+        remote_write=True,
+        version=prometheus_version,
     )
     try:
         prometheus.start()

@@ -167,6 +167,7 @@ def _up(prometheus: PrometheusServer) -> dict[tuple[str, str], float]:
 def test_prometheus_scrapes_rollout_trainer_and_ray_with_the_generated_config(
     tmp_path: Path,
     ray_cluster: RayCluster,
+    prometheus_version: str,
 ) -> None:
     rollout = Replica()
     trainer = MetricsHTTPServer(lambda: b"# TYPE trainer_step gauge\ntrainer_step 3\n").start()
@@ -186,7 +187,9 @@ def test_prometheus_scrapes_rollout_trainer_and_ray_with_the_generated_config(
             ),
         )
         config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-        with PrometheusServer(tmp_path / "prometheus", config_override=config) as prometheus:
+        with PrometheusServer(
+            tmp_path / "prometheus", config_override=config, version=prometheus_version
+        ) as prometheus:
             assert prometheus.url.startswith("http://127.0.0.1:")
             expected = {("rollout", rollout.hostport), ("trainer", trainer.url.split("/")[2])}
             expected |= {("ray", target) for target in ray_targets}

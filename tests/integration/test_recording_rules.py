@@ -32,8 +32,12 @@ def shipped_rules() -> dict[str, Any]:
     return rules
 
 
-def test_prometheus_runs_the_shipped_rules_as_the_bridge_expects_them(tmp_path: Path, replicas: list[Replica]) -> None:
-    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], rules=shipped_rules()) as prometheus:
+def test_prometheus_runs_the_shipped_rules_as_the_bridge_expects_them(
+    tmp_path: Path, replicas: list[Replica], prometheus_version: str
+) -> None:
+    with PrometheusServer(
+        tmp_path / "prom", [r.hostport for r in replicas], rules=shipped_rules(), version=prometheus_version
+    ) as prometheus:
         prometheus.wait_for_samples("vllm:generation_tokens_total")
         client = connect(PrometheusConfig(url=prometheus.url))
         try:
@@ -49,12 +53,14 @@ def test_prometheus_runs_the_shipped_rules_as_the_bridge_expects_them(tmp_path: 
 
 
 def test_a_changed_rule_is_named_and_its_metric_read_raw(
-    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture, prometheus_version: str
 ) -> None:
     rules = shipped_rules()
     changed = rules["groups"][0]["rules"][0]
     changed["expr"] = changed["expr"].replace("[5m]", "[10m]")
-    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], rules=rules) as prometheus:
+    with PrometheusServer(
+        tmp_path / "prom", [r.hostport for r in replicas], rules=rules, version=prometheus_version
+    ) as prometheus:
         prometheus.wait_for_samples("vllm:generation_tokens_total")
         producer = PromQLProducer(
             connect(PrometheusConfig(url=prometheus.url)), resolve_metrics([MetricConfig(preset="vllm")])
@@ -67,8 +73,10 @@ def test_a_changed_rule_is_named_and_its_metric_read_raw(
     assert changed["record"] in caplog.text
 
 
-def test_required_rules_missing_is_a_start_up_error_naming_the_key(tmp_path: Path, replicas: list[Replica]) -> None:
-    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas]) as prometheus:
+def test_required_rules_missing_is_a_start_up_error_naming_the_key(
+    tmp_path: Path, replicas: list[Replica], prometheus_version: str
+) -> None:
+    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], version=prometheus_version) as prometheus:
         prometheus.wait_for_samples("vllm:generation_tokens_total")
         config = {
             "prometheus": {"url": prometheus.url, "boundary": "samples", "recording_rules": "required"},

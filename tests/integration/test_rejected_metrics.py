@@ -11,17 +11,17 @@ from otel_bridge import Bridge
 from otel_bridge.errors import ConfigError
 from tests.cli.support import run_cli
 from tests.conftest import Replica
-from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 
 pytestmark = pytest.mark.integration
 
 BAD = "sum(rate(vllm:generation_tokens_total[$window])) by (model_name"  # the closing parenthesis is missing
 
 
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> PrometheusServer:
+@pytest.fixture(scope="module", params=PROMETHEUS_VERSIONS, ids=[f"prometheus-{v}" for v in PROMETHEUS_VERSIONS])
+def prometheus(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> PrometheusServer:
     replica = Replica()
-    server = PrometheusServer(tmp_path_factory.mktemp("prom"), [replica.hostport])
+    server = PrometheusServer(tmp_path_factory.mktemp("prom"), [replica.hostport], version=request.param)
     try:
         server.start()
         server.wait_for_samples("vllm:generation_tokens_total")

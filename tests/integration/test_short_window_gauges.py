@@ -17,11 +17,13 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_gauge_without_a_sample_in_a_short_step_is_explained(
-    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture, prometheus_version: str
 ) -> None:
     metrics = [{"name": "vllm:num_requests_running", "type": "gauge", "stats": ["max"]}]
     # One target: Prometheus spreads several targets' scrapes over the interval.
-    with PrometheusServer(tmp_path / "prom", [replicas[0].hostport], scrape_interval_s=4.0) as prometheus:
+    with PrometheusServer(
+        tmp_path / "prom", [replicas[0].hostport], scrape_interval_s=4.0, version=prometheus_version
+    ) as prometheus:
         prometheus.wait_for_samples("vllm:num_requests_running")
         config = {
             "prometheus": {"url": prometheus.url, "boundary": "samples"},

@@ -36,11 +36,15 @@ def test_strict_raises_when_prometheus_is_down(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_degrade_picks_up_prometheus_within_three_steps(tmp_path: Path, replicas: list[Replica]) -> None:
+def test_degrade_picks_up_prometheus_within_three_steps(
+    tmp_path: Path, replicas: list[Replica], prometheus_version: str
+) -> None:
     port = free_port()
     replicas[0].sim.set_running(4)
     replicas[1].sim.set_running(2)
-    prometheus = PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], port=port)
+    prometheus = PrometheusServer(
+        tmp_path / "prom", [r.hostport for r in replicas], port=port, version=prometheus_version
+    )
     records: list[dict[str, float]] = []
     try:
         with Bridge.from_config(degrade_config(tmp_path, prometheus.url, "degrade")) as bridge:
@@ -95,9 +99,9 @@ def test_auto_url_without_env_or_ray_lists_what_was_tried(tmp_path: Path) -> Non
 
 
 def test_auto_url_comes_from_the_environment(
-    tmp_path: Path, replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, replicas: list[Replica], monkeypatch: pytest.MonkeyPatch, prometheus_version: str
 ) -> None:
-    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas]) as prometheus:
+    with PrometheusServer(tmp_path / "prom", [r.hostport for r in replicas], version=prometheus_version) as prometheus:
         prometheus.wait_for_samples("vllm:num_requests_running", count=1)
         monkeypatch.setenv("OTEL_BRIDGE_PROMETHEUS_URL", prometheus.url)
         config = degrade_config(tmp_path, "auto", "strict")

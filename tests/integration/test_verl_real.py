@@ -91,7 +91,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def test_bridge_reads_the_rollout_servers_verl_registered_in_prometheus(
-    ray_cluster: RayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: RayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prometheus_version: str
 ) -> None:
     from verl.workers.config.rollout import PrometheusConfig
     from verl.workers.rollout.utils import update_prometheus_config
@@ -112,6 +112,7 @@ def test_bridge_reads_the_rollout_servers_verl_registered_in_prometheus(
         tmp_path / "prometheus",
         config_override={"global": {"scrape_interval": "10s"}, "scrape_configs": []},
         enable_lifecycle=True,
+        version=prometheus_version,
     )
     try:
         prometheus.start()

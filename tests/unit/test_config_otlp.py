@@ -9,6 +9,8 @@ import pytest
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
+from otel_bridge.producers.promql.checks import check_names
+from otel_bridge.producers.promql.store import Store
 
 PROM = {"url": "http://prometheus:9090"}
 TOKENS = {"name": "trainer.tokens", "unit": "{token}", "instrument": "counter"}
@@ -141,12 +143,32 @@ def test_a_translation_strategy_wins_over_add_metric_suffixes() -> None:
     assert (without.name, with_.name) == ("trainer_tokens", "trainer_tokens_total")
 
 
-@pytest.mark.parametrize("strategy", ["NoUTF8EscapingWithSuffixes", "NoTranslation"])
-def test_strategies_that_keep_dots_are_refused_with_the_reason(strategy: str) -> None:
-    message = config_error({"prometheus": PROM, "metrics": [{"otlp": {**TOKENS, "translation_strategy": strategy}}]})
-    assert "metrics[0].otlp" in message
-    assert f"translation_strategy {strategy} keeps the name's dots" in message
-    assert "UnderscoreEscapingWithSuffixes or UnderscoreEscapingWithoutSuffixes" in message
+@pytest.mark.parametrize(
+    ("strategy", "name"), [("NoUTF8EscapingWithSuffixes", "trainer.tokens_total"), ("NoTranslation", "trainer.tokens")]
+)
+def test_strategies_that_keep_dots_read_utf8_names_on_a_store_that_has_them(strategy: str, name: str) -> None:
+    """The entry takes the strategy (Prometheus 3's OTLP receiver writes such names); whether the store can hold them
+    is known only from the store, at start-up: a store without UTF-8 names refuses the entry with the keys to change."""
+    (query,) = queries({"otlp": {**TOKENS, "translation_strategy": strategy}})
+    assert (query.name, query.utf8, query.utf8_names) == (name, True, (name,))
+    check_names([query], Store("Prometheus", "3.16.0", utf8_names=True))
+    with pytest.raises(ConfigError) as refused:
+        check_names([query], Store("Prometheus", "2.42.0", utf8_names=False))
+    message = str(refused.value)
+    for part in (f"metrics[0].otlp reads {name}", "Prometheus 2.42.0 has no UTF-8 metric names"):
+        assert part in message, message
+    for part in (
+        "metrics[0].otlp.translation_strategy",
+        "UnderscoreEscapingWithSuffixes",
+        "otlp: translation_strategy",
+    ):
+        assert part in message, message
+
+
+def test_escaping_strategies_need_no_utf8_names() -> None:
+    (query,) = queries({"otlp": {**TOKENS, "translation_strategy": "UnderscoreEscapingWithoutSuffixes"}})
+    assert (query.utf8, query.utf8_names) == (False, ())
+    check_names([query], Store("Prometheus", "2.42.0", utf8_names=False))
 
 
 def test_an_unknown_translation_strategy_names_the_allowed_ones() -> None:

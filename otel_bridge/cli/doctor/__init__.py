@@ -39,7 +39,12 @@ from typing import Any, TextIO
 from otel_bridge.cli.doctor.context import STATUSES, Check, DoctorContext, Status
 from otel_bridge.cli.doctor.local import check_config, check_ray, check_run_dir, check_trackers
 from otel_bridge.cli.doctor.metrics import check_deprecated, check_endpoints, check_metrics
-from otel_bridge.cli.doctor.prometheus import check_boundaries, check_prometheus, check_prometheus_targets
+from otel_bridge.cli.doctor.prometheus import (
+    check_boundaries,
+    check_prometheus,
+    check_prometheus_targets,
+    check_query_plan,
+)
 from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
 from otel_bridge.prometheus.exposition import ExpositionFamily
 
@@ -82,6 +87,8 @@ def run_checks(context: DoctorContext) -> list[Check]:
     client = check_prometheus(context, config)
     families: dict[str, dict[str, ExpositionFamily]] = {}
     if client is not None:
+        if context.store is not None:
+            check_query_plan(context, config, client, context.store)
         check_prometheus_targets(context, client)
         check_boundaries(context, config, client)
     elif config.resolved_source() == "scrape":

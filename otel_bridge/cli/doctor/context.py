@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql.store import Store
 
 Status = Literal["pass", "fail", "warn", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "skip")
@@ -47,6 +48,8 @@ class DoctorContext:
         """The preset checked when the config lists no metrics."""
         self.scrape_interval_s: float | None = None
         """Prometheus' scrape interval, from its targets list (set by the ``step boundaries`` check)."""
+        self.store: Store | None = None
+        """What ``prometheus.url`` is and what its queries can do (set by the ``prometheus`` check)."""
 
     def add_secrets(self, secrets: Sequence[str]) -> None:
         """Scrub ``secrets`` (every form a secret takes on the wire) from the outcomes recorded from now on."""

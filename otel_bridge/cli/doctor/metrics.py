@@ -21,8 +21,9 @@ from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig, MetricConfig
-from otel_bridge.errors import DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
+from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql.checks import check_names
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.exposition import ExpositionFamily
 
@@ -211,6 +212,12 @@ def _metrics_from_prometheus(
     lookback = promql.duration(2 * config.prometheus.scrape_interval_s)
     for query in queries:
         name = f"metric {query.key_name}"
+        if context.store is not None:
+            try:
+                check_names([query], context.store)
+            except ConfigError as exc:
+                context.add(name, "fail", str(exc), f"see metrics[{query.source_index}].otlp.translation_strategy")
+                continue
         try:
             if query.promql is not None:
                 expr = query.promql.replace("$window", lookback)
@@ -221,7 +228,7 @@ def _metrics_from_prometheus(
             missing: list[str] = []
             labels: list[dict[str, str]] = []
             for alternatives in _sample_names(query):
-                selector = _selector(alternatives, dict(query.matchers))
+                selector = _selector(alternatives, dict(query.matchers), utf8=query.utf8)
                 result = client.query(f"last_over_time({selector}[{lookback}])")
                 if not result.series:
                     missing.append(" or ".join(alternatives))
@@ -332,11 +339,12 @@ def check_deprecated(context: DoctorContext, config: BridgeConfig) -> None:
         )
 
 
-def _selector(names: Sequence[str], matchers: dict[str, str]) -> str:
-    """``{__name__=~"a|b", label="value"}``: any of ``names`` with the equality ``matchers``."""
+def _selector(names: Sequence[str], matchers: dict[str, str], *, utf8: bool = False) -> str:
+    """``{__name__=~"a|b", label="value"}``: any of ``names`` with the equality ``matchers`` (``utf8``: the names may
+    hold characters only Prometheus 3 takes, as an ``otlp:`` entry under a UTF-8 translation strategy has)."""
     from otel_bridge.prometheus import promql
 
-    inner = [f"__name__=~{promql.regex_alternation(names)}"]
+    inner = [f"__name__=~{promql.regex_alternation(names, utf8=utf8)}"]
     inner += [f"{promql.validate_label_name(k)}={promql.quote_label_value(v)}" for k, v in sorted(matchers.items())]
     return "{" + ",".join(inner) + "}"
 

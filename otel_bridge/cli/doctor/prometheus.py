@@ -1,4 +1,5 @@
-"""``otel-bridge doctor`` checks of Prometheus: it answers, its targets are up, its scrape interval fits the steps."""
+"""``otel-bridge doctor`` checks of Prometheus: it answers (and which store and version it is), how the bridge will
+read a step from it, its targets are up, its scrape interval fits the steps."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.errors import DiscoveryError, PrometheusError
+from otel_bridge.producers.promql.rules import counting, find_rules
+from otel_bridge.producers.promql.store import Store, detect_store
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus.promql import target_duration
 
@@ -100,7 +103,7 @@ def check_prometheus(context: DoctorContext, config: BridgeConfig) -> Prometheus
         return None
     client = command_client(config, url)
     try:
-        info = client.buildinfo()
+        store = detect_store(client)
     except PrometheusError as exc:
         client.close()
         context.add(
@@ -110,8 +113,68 @@ def check_prometheus(context: DoctorContext, config: BridgeConfig) -> Prometheus
             f"start Prometheus at {url} or correct prometheus.url",
         )
         return None
-    context.add("prometheus", "pass", f"{url} (from {source}): Prometheus {info.get('version', '?')}")
+    context.store = store
+    context.add(
+        "prometheus",
+        "pass",
+        f"{url} (from {source}): {store.name if store.version else f'{store.product} (version not reported)'}",
+    )
     return client
+
+
+def check_query_plan(context: DoctorContext, config: BridgeConfig, client: PrometheusClient, store: Store) -> None:
+    """``query plan``: how the bridge will read a step's counters and histograms from this store (the plan it picks at
+    start-up from what the store can do), and the store's known limits."""
+    prom = config.prometheus
+    counting_queries = [q for q in context.queries if counting(q)]
+    if not counting_queries:
+        context.add("query plan", "pass", "no counter or histogram among the metrics: gauges are read as they are")
+        return
+    rules_note = ""
+    if prom.boundary == "samples" and prom.recording_rules != "off":
+        try:
+            ruleset, problems = find_rules(context.queries, client.rule_groups())
+        except PrometheusError as exc:
+            ruleset, problems = None, f"its rules are unknown: {exc}"
+        if ruleset is not None:
+            context.add(
+                "query plan",
+                "pass",
+                f"{store.name}: each boundary is read from otel-bridge's recording rules (prometheus.recording_rules: "
+                f"{prom.recording_rules}){_notes(store)}",
+            )
+            return
+        if prom.recording_rules == "required":
+            context.add(
+                "query plan",
+                "fail",
+                f"prometheus.recording_rules: required, but {store.name} does not run them ({problems})",
+                "add the file `otel-bridge prometheus-rules --config <your config>` writes to Prometheus' rule_files "
+                "and reload it, or set prometheus.recording_rules: auto",
+            )
+            return
+        rules_note = f"; otel-bridge's recording rules are not used ({problems})"
+    if store.increase == "anchored":
+        deltas = "one anchored increase() per window (exact: no extrapolation)"
+    elif store.increase == "metricsql":
+        deltas = "one increase() per window (MetricsQL's never extrapolates: exact)"
+    else:
+        deltas = "the samples around each boundary (no exact increase() in this store)"
+    which = (
+        "a step's counters and histograms"
+        if prom.boundary == "samples"
+        else "where Prometheus' samples bound a step (see step boundaries), its counters and histograms"
+    )
+    context.add(
+        "query plan",
+        "pass",
+        f"{store.name}: {which} are read by {deltas}; the run's last step by the samples around its end"
+        f"{rules_note}{_notes(store)}",
+    )
+
+
+def _notes(store: Store) -> str:
+    return "".join(f"; {note}" for note in store.notes)
 
 
 def check_prometheus_targets(context: DoctorContext, client: PrometheusClient) -> None:

@@ -1,4 +1,5 @@
-"""Start-up checks of the configured metrics against Prometheus: their types, and expressions it rejects, by entry."""
+"""Start-up checks of the configured metrics against Prometheus: UTF-8 names on a store that has none, their types,
+and expressions it rejects, by entry."""
 
 from __future__ import annotations
 
@@ -7,13 +8,32 @@ from collections.abc import Sequence
 
 from otel_bridge.errors import ConfigError, PrometheusAPIError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.plan import WINDOW_PLACEHOLDER, WindowPlan
+from otel_bridge.producers.promql.plan import WINDOW_PLACEHOLDER, ExactIncrease, WindowPlan
 from otel_bridge.producers.promql.rules import counting
+from otel_bridge.producers.promql.store import Store
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.window import MetricKind, StepWindow
 
 _QUERY_PARAMETER = 'invalid parameter "query": '
+
+
+def check_names(queries: Sequence[MetricQuery], store: Store) -> None:
+    """A :class:`ConfigError` naming the first ``otlp:`` entry whose series have a UTF-8 name (its
+    ``translation_strategy`` keeps dots) when ``store`` has no UTF-8 names (Prometheus 2): nothing can have stored such
+    a series there, and a selector for one does not even parse, so reading on would only ever report it missing."""
+    if store.utf8_names:
+        return
+    for query in queries:
+        if query.utf8_names:
+            entry = f"metrics[{query.source_index}].otlp"
+            raise ConfigError(
+                f"{entry} reads {query.utf8_names[0]}, a UTF-8 metric name (its translation_strategy keeps dots), "
+                f"but {store.name} has no UTF-8 metric names: set {entry}.translation_strategy to "
+                "UnderscoreEscapingWithSuffixes (or UnderscoreEscapingWithoutSuffixes) together with the writer's "
+                "(the collector exporter's translation_strategy, or Prometheus' `otlp: translation_strategy`), or "
+                "point prometheus.url at Prometheus 3"
+            )
 
 
 def resolve_kind(query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) -> MetricQuery:
@@ -53,11 +73,14 @@ def check_expressions(
     increase_queries: Sequence[int],
     *,
     pad_s: float,
+    exact_increase: ExactIncrease | None = None,
 ) -> None:
     """Evaluate one window's union once; when Prometheus rejects it as ``bad_data``, each query alone, to name the one
     it rejects (a :class:`ConfigError`). Any other API error (401, ``execution``, ``unavailable``...) is raised as it
     is: a server problem, which ``startup: degrade`` rides out."""
-    expression = WindowPlan(queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0).expression
+    expression = WindowPlan(
+        queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0, exact_increase=exact_increase
+    ).expression
     if expression is None:
         return
     try:
@@ -70,7 +93,14 @@ def check_expressions(
                 alone: str | None = query.promql.replace(WINDOW_PLACEHOLDER, f"{promql.duration(pad_s):<7}")
             else:
                 increases = [0] if counting(query) else []
-                plan = WindowPlan([query], window, increase_queries=increases, pad_s=pad_s, closing_s=0.0)
+                plan = WindowPlan(
+                    [query],
+                    window,
+                    increase_queries=increases,
+                    pad_s=pad_s,
+                    closing_s=0.0,
+                    exact_increase=exact_increase,
+                )
                 alone = plan.expression
             try:
                 if alone is not None:

@@ -10,6 +10,9 @@ so the answer's size grows with the configured metrics and label groups, not wit
 - a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) value at each boundary, summed per label group in
   Prometheus: ``sum by (...) (last_over_time(x[...] @ end))`` and ``... @ start``, i.e. the last sample at or before
   each boundary; their difference is the window's increase for every series whose counter did not reset;
+- or, where the store has an exact increase of its own (:mod:`otel_bridge.producers.promql.store`: Prometheus'
+  ``increase(x[w] anchored)``, MetricsQL's ``increase``), that increase summed per label group: resets are corrected
+  per series inside the store, so nothing is re-read (not for the run's last window, closed by the sample after it);
 - the targets to read sample by sample: those whose counters reset during the window (``resets(...) > 0``) or whose
   series have no sample just before the window (they appeared, or came back after being down). Their series are
   fetched raw by a second request (looking back up to :data:`REREAD_LOOKBACK_S` for their baseline); their share of
@@ -67,6 +70,10 @@ down for a while is re-read when it comes back, and what it counted meanwhile la
 Target = tuple[str, str]
 """``(job, instance)`` of a Prometheus target."""
 
+ExactIncrease = Callable[[str, str, str], str]
+"""``(selector, range length, evaluation time) -> expression``: a store's own exact increase
+(:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Part:
@@ -75,6 +82,7 @@ class Part:
     kind: Literal[
         "stat",
         "promql",
+        "increase",
         "end",
         "start",
         "reread",
@@ -146,6 +154,7 @@ class WindowPlan:
         report_unread: bool = False,
         rules: RuleSet | None = None,
         watched: Sequence[str] = (),
+        exact_increase: ExactIncrease | None = None,
     ) -> None:
         self.window = window
         self.watched = sorted({instance for instance in watched if instance})
@@ -167,6 +176,8 @@ class WindowPlan:
         for index in self.increase_queries:
             if index in self.ruled:
                 self._rule_increase(index, self.queries[index])
+            elif exact_increase is not None and not window.final:
+                self._exact_increase(index, self.queries[index], exact_increase)
             else:
                 self._increase(index, self.queries[index])
         if self.ruled:
@@ -185,6 +196,20 @@ class WindowPlan:
     def expression(self) -> str | None:
         """The union to evaluate at ``time=window.end``; ``None`` when there is nothing to ask."""
         return promql.union(self._exprs) if self._exprs else None
+
+    def expressions(self, max_bytes: int | None) -> list[str]:
+        """The union in as few queries as a store that refuses queries longer than ``max_bytes`` takes (one without
+        a limit): whole parts packed in order; a part longer than the limit alone is its own query (the store's
+        refusal then names it)."""
+        if max_bytes is None or (self.expression is not None and len(self.expression.encode()) <= max_bytes):
+            return [self.expression] if self.expression is not None else []
+        groups: list[list[str]] = []
+        for expr in self._exprs:
+            if groups and len(promql.union([*groups[-1], expr]).encode()) <= max_bytes:
+                groups[-1].append(expr)
+            else:
+                groups.append([expr])
+        return [promql.union(group) for group in groups]
 
     def _add(self, tag: str, part: Part, expr: str) -> None:
         self.parts[tag] = part
@@ -232,7 +257,7 @@ class WindowPlan:
         span = promql.duration(self.close_at - window.start + self.pad_s)
         flags = []
         for name in primary_names(query):
-            sel = promql.selector(name, matchers)
+            sel = promql.selector(name, matchers, utf8=query.utf8)
             flags.append(f"(resets({sel}[{span}] @ {_at(self.close_at)}) > 0)")
             flags.append(f"({self._end_value(sel)} unless {self._base_value(sel)})")
         reread = " or ".join(flags)
@@ -247,11 +272,33 @@ class WindowPlan:
             end, base = roled(query, name, self._end_value), roled(query, name, self._base_value)
             self._add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
             self._add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
-        primary = promql.selector(primary_names(query)[0], matchers)
+        self._lag(index, query)
+
+    def _lag(self, index: int, query: MetricQuery) -> None:
+        """How far from each boundary the samples standing for it lie, the largest over the query's series."""
+        window = self.window
+        assert window.start is not None
+        primary = promql.selector(primary_names(query)[0], dict(query.matchers), utf8=query.utf8)
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
         self._add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
         self._add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
+
+    def _exact_increase(self, index: int, query: MetricQuery, exact_increase: ExactIncrease) -> None:
+        """The store's own exact increase of every series over the window, summed per group (``anchored``: the last
+        sample at or before the start to the last one in the window, resets corrected, no extrapolation), so there is
+        nothing to re-read; the lag parts as for the boundary sums."""
+        window = self.window
+        assert window.start is not None
+        # Both ends in whole milliseconds, as _at() writes them, so the range starts exactly at the start's _at().
+        length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
+        histogram = query.kind == "histogram" and query.ratio is None
+        end = _at(window.end)
+        for position, name in enumerate(query.series_names()):
+            by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+            increase = roled(query, name, lambda sel: exact_increase(sel, length, end))
+            self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
+        self._lag(index, query)
 
     def _rule_increase(self, index: int, query: MetricQuery) -> None:
         histogram = query.kind == "histogram" and query.ratio is None
@@ -312,11 +359,11 @@ class WindowPlan:
                     answer.lag_s = max(answer.lag_s or 0.0, value)
             elif part.kind == "reread":
                 answer.reread.setdefault(part.index, set()).add(target)
-            elif part.kind in ("end", "start"):
+            elif part.kind in ("end", "start", "increase"):
                 group: Group = group_of(labels, query.by)
                 if "le" in labels and part.name == query.series_names()[0] and query.kind == "histogram":
                     group = (*group, ("le", labels["le"]))
-                sign = 1.0 if part.kind == "end" else -1.0
+                sign = -1.0 if part.kind == "start" else 1.0
                 increases = answer.increases.setdefault(part.index, {})
                 increases[(part.name, group)] = increases.get((part.name, group), 0.0) + sign * value
             elif part.kind == "promql":
@@ -408,9 +455,10 @@ class WindowPlan:
         if self.ruled and "start" in answer.rule_times:
             low = min(low, answer.rule_times["start"] - LOOKBACK_S)
         span = promql.duration(self.close_at - low)
-        return (
-            f"{{__name__=~{promql.regex_alternation(names)}, instance=~{promql.value_alternation(instances)}}}[{span}]"
+        matchers = (
+            f"__name__=~{promql.regex_alternation(names, utf8=True)}, instance=~{promql.value_alternation(instances)}"
         )
+        return f"{{{matchers}}}[{span}]"
 
 
 def _over_window(stat: str, sel: str, *, length: str, seconds: float | None, full_scale: float | None) -> str:
@@ -428,11 +476,11 @@ def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> st
     :func:`~otel_bridge.producers.statistics.with_roles` labels raw series."""
     matchers = dict(query.matchers)
     if not query.roles:
-        return per_series(promql.selector(name, matchers))
+        return per_series(promql.selector(name, matchers, utf8=query.utf8))
     role_value = promql.quote_label_value
     terms = [
-        f'label_replace({per_series(promql.selector(name, {**matchers, **dict(label_set)}))}, "{ROLE_LABEL}", '
-        f'{role_value(role)}, "", "")'
+        f"label_replace({per_series(promql.selector(name, {**matchers, **dict(label_set)}, utf8=query.utf8))}, "
+        f'"{ROLE_LABEL}", {role_value(role)}, "", "")'
         for role, label_set in query.roles
     ]
     return promql.union(terms)

@@ -34,6 +34,7 @@ from otel_bridge.health import (
     BOUNDARY_LAG,
     MISSING_METRICS,
     QUERY_ERRORS,
+    QUERY_WARNINGS,
     SCRAPE_ERRORS,
     TARGETS_DOWN,
     TARGETS_UNREAD,
@@ -42,16 +43,18 @@ from otel_bridge.health import (
 )
 from otel_bridge.producers.base import infra_scope, metrics_of
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.checks import check_expressions, resolve_kind
+from otel_bridge.producers.promql.checks import check_expressions, check_names, resolve_kind
 from otel_bridge.producers.promql.plan import (
     REREAD_LOOKBACK_S,
     WINDOW_PLACEHOLDER,
+    ExactIncrease,
     Target,
     WindowAnswer,
     WindowPlan,
     primary_names,
 )
 from otel_bridge.producers.promql.rules import RuleSet, counting, rules_in_use
+from otel_bridge.producers.promql.store import Store, detect_store
 from otel_bridge.producers.promql.targets import (
     schedule_of,
     scrape_urls,
@@ -83,6 +86,7 @@ BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], Scraper]
 
 _STORED_SLACK_S = 0.25  # after a scrape's timeout, until its samples are queryable
 _CLOSING_SLACK_S = 0.1  # past one interval after a final window's end, where its closing sample may lie
+_ARRIVAL_POLL_S = 0.25  # how often the arrival of remote-written samples after a window's end is asked
 
 
 class PromQLProducer:
@@ -102,7 +106,10 @@ class PromQLProducer:
         health: Health | None = None,
         warn_interval_s: float = 60.0,
         strict: bool = True,
+        store: Store | None = None,
     ) -> None:
+        """``store``: what ``client`` talks to; detected at :meth:`start` when ``None`` (given, e.g. to measure one
+        plan against another on the same store)."""
         if boundary != "samples" and boundary_scraper is None:
             raise ConfigError(f"prometheus.boundary: {boundary} needs a boundary scraper; use boundary: samples")
         self._client = client
@@ -127,9 +134,11 @@ class PromQLProducer:
         # The targets serving the configured counters and histograms, down ones included until Prometheus stops
         # scraping them (replaced whole by the target watcher's thread, read by the delivery worker).
         self._members: frozenset[Target] = frozenset()
+        self._store = store
         self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._health.count(QUERY_ERRORS, 0.0)
+        self._health.count(QUERY_WARNINGS, 0.0)
 
     @property
     def queries(self) -> list[MetricQuery]:
@@ -170,13 +179,28 @@ class PromQLProducer:
                 exc,
             )
 
+    @property
+    def store(self) -> Store | None:
+        """What ``prometheus.url`` is and what its queries may use (known once started)."""
+        return self._store
+
     def _prepare(self) -> None:
+        if self._store is None:
+            self._store = detect_store(self._client)
+        check_names(self._queries, self._store)
         if any(q.needs_kind for q in self._queries):
             metadata = self._client.metadata()
             self._queries = [resolve_kind(q, metadata) for q in self._queries]
         now = time.time()
         window = StepWindow(step=-1, start=now - self._pad_s, end=now)
-        check_expressions(self._client, self._queries, window, self._increase_queries(), pad_s=self._pad_s)
+        check_expressions(
+            self._client,
+            self._queries,
+            window,
+            self._increase_queries(),
+            pad_s=self._pad_s,
+            exact_increase=self._exact_increase(),
+        )
         if not self._ready:
             primary = self._primary_names()
             gauges = sorted({q.name for q in self._queries if q.kind == "gauge" and q.name and q.ratio is None})
@@ -191,9 +215,9 @@ class PromQLProducer:
             self._learn_rules()
             self._ready = True
             _log.info(
-                "Prometheus at %s is usable: %d configured metric(s), %d target(s) serving them every %.3gs, "
+                "%s at prometheus.url is usable: %d configured metric(s), %d target(s) serving them every %.3gs, "
                 "boundaries observed by %s",
-                self._client.url,
+                self._store.name if self._store is not None else "Prometheus",
                 len(self._queries),
                 len(targets),
                 self._interval_s,
@@ -324,15 +348,17 @@ class PromQLProducer:
             except (PrometheusError, ScrapeError):
                 self._health.count(QUERY_ERRORS)
                 raise
+        arrived = self._await_arrivals(window)
         plan = WindowPlan(
             self._queries,
             window,
             increase_queries=self._increase_queries(),
             pad_s=self._pad_s,
-            closing_s=self._closing_s(),
+            closing_s=self._closing_s() if arrived is None else arrived - window.end,
             report_unread=self._scraper is None and bool(self._members),
             rules=self._rules,
             watched=sorted(self._down_keys),
+            exact_increase=self._exact_increase(),
         )
         self._wait_until_stored(plan.close_at)
         metrics: list[Metric] = []
@@ -386,18 +412,79 @@ class PromQLProducer:
             return self._interval_s + self._timeout_s + self._rules.interval_s + _CLOSING_SLACK_S
         return self._interval_s + _CLOSING_SLACK_S if self._targets_known else 0.0
 
+    def _await_arrivals(self, window: StepWindow) -> float | None:
+        """With no target known (the series arrive by remote write: the collector's, the trainer's own), wait until
+        every series the window read from Prometheus has a sample after its end, which shows that nothing stamped
+        inside the window is still on its way (remote write sends a series' samples in order) and gives the run's last
+        window the sample that closes it; at most two of ``prometheus.scrape_interval_s`` after the end. Returns when
+        that was (``None`` when the targets' schedule says it instead)."""
+        names = sorted({*self._primary_names(), *(q.name for q in self._queries if q.kind == "gauge" and q.name)})
+        utf8 = {n for q in self._queries for n in q.utf8_names}
+        if self._targets_known or not names or window.start is None:
+            return None
+        deadline = window.end + 2.0 * self._interval_s + (self._store.storing_delay_s if self._store else 0.0)
+        # Only series still reporting near the end: one that stopped earlier in the window (a departed source) has no
+        # sample coming and must not hold every later window until the deadline.
+        span = promql.duration(max(min(window.end - window.start, 1.5 * self._interval_s), 0.001))
+        while not self._closed.is_set():
+            now = time.time()
+            after = now - window.end
+            if after >= 0.001:
+                missing = " + ".join(
+                    f"(count(count_over_time({name}[{span}] @ {window.end:.3f}) unless "
+                    f"count_over_time({name}[{promql.duration(after)}])) or vector(0))"
+                    for name in (promql.selector(n, utf8=n in utf8) for n in names)
+                )
+                result = self._client.query(missing, time=now)
+                if not result.series or result.series[0].samples[-1][1] == 0:
+                    return now
+            if now >= deadline:
+                return now
+            self._closed.wait(min(_ARRIVAL_POLL_S, max(deadline - now, 0.0)) or _ARRIVAL_POLL_S)
+        return time.time()
+
+    def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
+        """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's
+        values are kept, counted in ``otel_bridge/query_warnings`` and logged (rate-limited), never silent."""
+        warnings = [warning for result in results if result.warnings for warning in result.warnings]
+        if not warnings:
+            return
+        self._health.count(QUERY_WARNINGS, float(sum(1 for result in results if result.warnings)))
+        self._warn.warning(
+            "query-warnings",
+            "step %s: prometheus.url answered the step's query with warnings, so its values may be partial "
+            "(counted in %s): %s",
+            window.step,
+            QUERY_WARNINGS,
+            "; ".join(dict.fromkeys(warnings)),
+        )
+
+    def _exact_increase(self) -> ExactIncrease | None:
+        """The store's own exact window increase, when it has one (:mod:`otel_bridge.producers.promql.store`)."""
+        store = self._store
+        return store.exact_increase if store is not None and store.increase is not None else None
+
     def _wait_until_stored(self, t: float) -> None:
         """Wait until every scrape (and rule evaluation) that started at or before ``t`` is stored in Prometheus."""
         delay = max(self._timeout_s, 2.0 * self._rules.evaluation_s if self._rules is not None else 0.0)
+        delay += self._store.storing_delay_s if self._store is not None else 0.0
         remaining = t + delay + _STORED_SLACK_S - time.time()
         if remaining > 0:
             self._closed.wait(remaining)
 
     def _ask(self, plan: WindowPlan) -> WindowAnswer:
-        expression = plan.expression
-        if expression is None:
+        expressions = plan.expressions(self._store.max_query_bytes if self._store is not None else None)
+        if not expressions:
             return WindowAnswer()
-        answer = plan.read(self._client.query(expression, time=plan.window.end))
+        results = [self._client.query(expression, time=plan.window.end) for expression in expressions]
+        self._report_warnings(plan.window, results)
+        answer = plan.read(
+            QueryResult(
+                "vector",
+                tuple(series for result in results for series in result.series),
+                tuple(warning for result in results for warning in result.warnings),
+            )
+        )
         targets = {t for targets in answer.reread.values() for t in targets}
         reread = plan.reread_expression(targets, answer)
         if reread is not None:

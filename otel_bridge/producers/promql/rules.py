@@ -34,6 +34,7 @@ from typing import Any
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.prometheus import promql
+from otel_bridge.prometheus_names import is_classic_name
 
 _log = logging.getLogger(__name__)
 
@@ -69,7 +70,17 @@ def counting(query: MetricQuery) -> bool:
 
 
 def _selector(name: str, query: MetricQuery) -> str:
-    return promql.selector(name, dict(query.matchers))
+    return promql.selector(name, dict(query.matchers), utf8=query.utf8)
+
+
+def _record_part(name: str) -> str:
+    """``name`` as part of a classic record name: a UTF-8 name (``trainer.tokens_total``) has every other character
+    made ``_`` and a hash of itself added, so records stay plain names that every reader selects bare and two names
+    that differ only there do not share one."""
+    if is_classic_name(name):
+        return name
+    escaped = "".join(c if c.isascii() and (c.isalnum() or c in "_:") else "_" for c in name)
+    return f"{escaped}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def sum_rule(query: MetricQuery, position: int) -> Rule:
@@ -77,7 +88,7 @@ def sum_rule(query: MetricQuery, position: int) -> Rule:
     name = query.series_names()[position]
     bucket = query.kind == "histogram" and query.ratio is None and position == 0
     by = [*query.by, *(["le"] if bucket else [])]
-    record = f"otel_bridge:{name}:last{LOOKBACK}_sum"
+    record = f"otel_bridge:{_record_part(name)}:last{LOOKBACK}_sum"
     if query.by:
         record += "_by_" + "_".join(query.by)
     if query.matchers:

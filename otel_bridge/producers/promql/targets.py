@@ -56,7 +56,7 @@ def serving_targets(
 
 
 def _group_by_target(names: Sequence[str]) -> str:
-    return f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
+    return f"group by ({', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names, utf8=True)}}})"
 
 
 def served_names(client: PrometheusClient, names: Sequence[str], targets: Sequence[dict[str, object]]) -> set[str]:
@@ -65,7 +65,9 @@ def served_names(client: PrometheusClient, names: Sequence[str], targets: Sequen
     if not names or not targets:
         return set()
     keys = {target_key(t) for t in targets}
-    expr = f"group by (__name__, {', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names)}}})"
+    expr = (
+        f"group by (__name__, {', '.join(TARGET_LABELS)}) ({{__name__=~{promql.regex_alternation(names, utf8=True)}}})"
+    )
     series = client.query(expr).series
     return {s.labels["__name__"] for s in series if (s.labels.get("job", ""), s.labels.get("instance", "")) in keys}
 

@@ -1,0 +1,183 @@
+"""What the PromQL path talks to: which store, which version, and what its query language can do for the bridge.
+
+Read once at start-up from the store's own API and from probe queries, never guessed from a version string (Grafana
+Mimir and VictoriaMetrics answer ``/api/v1/status/buildinfo`` with a Prometheus version of their choosing):
+
+- ``/api/v1/status/buildinfo``: the version; Grafana Mimir adds ``"application": "Grafana Mimir"``;
+- ``/flags``: VictoriaMetrics lists its command-line flags there (``-search.maxQueryLen``, ...), Prometheus serves its
+  web UI;
+- ``/api/v1/features`` (Prometheus 3.9 and later): ``promql.anchored`` and the rest of what it supports;
+- probe queries over a name no series has (they cost nothing), for what a store does not list: an ``anchored`` range
+  selector (Prometheus 3.7 and later, always on since 3.x with ``/api/v1/features``), a quoted UTF-8 metric name
+  (``{"a.b"}``, Prometheus 3.0 and later).
+
+What differs and how the bridge handles it:
+
+- **An exact window increase in one function**: Prometheus' ``increase(x[w] anchored)`` takes the last sample at or
+  before the range's start (within the lookback delta) and the last one in it, corrects counter resets and does not
+  extrapolate, which is the bridge's own definition of a counter's delta; MetricsQL's ``increase(x[w])``
+  (VictoriaMetrics) does the same by default. Without it the bridge sums each boundary's samples and re-reads the
+  targets that reset (:mod:`otel_bridge.producers.promql.plan`).
+- **VictoriaMetrics** evaluates a query near the present at ``now - search.latencyOffset`` (30 s by default) unless
+  asked not to (``nocache=1``, sent with every query), makes a written sample queryable up to
+  :data:`VICTORIAMETRICS_FLUSH_S` later (its pending rows are flushed every 2 s: ``lib/storage/raw_row.go``), and
+  refuses queries longer than ``search.maxQueryLen`` (16 KiB by default), so the step's union is sent in parts under
+  that size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from otel_bridge.errors import PrometheusAPIError, PrometheusResponseError
+from otel_bridge.prometheus.client import PrometheusClient
+
+_log = logging.getLogger(__name__)
+
+_PROBE_NAME = "otel_bridge_probe_no_series_has_this_name"
+_LOOKBACK = "5m"
+"""Prometheus' default lookback: how long after its last sample a series still counts as present."""
+_VICTORIAMETRICS_PARAMS = (("nocache", "1"),)
+VICTORIAMETRICS_FLUSH_S = 2.0
+"""How long after it is written VictoriaMetrics may take to answer with a sample (its pending-rows flush interval)."""
+VICTORIAMETRICS_MAX_QUERY_BYTES = 16 * 1024
+"""``-search.maxQueryLen``'s default: the longest query VictoriaMetrics accepts unless started with more."""
+
+IncreaseForm = Literal["anchored", "metricsql"]
+"""How a store writes a window's exact increase: ``increase(x[w] anchored)`` or MetricsQL's ``increase(x[w])``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """A store behind ``prometheus.url`` and what the bridge's plans may use of it (see the module docstring)."""
+
+    product: str
+    version: str
+    increase: IncreaseForm | None = None
+    utf8_names: bool = False
+    query_params: tuple[tuple[str, str], ...] = ()
+    max_query_bytes: int | None = None
+    storing_delay_s: float = 0.0
+    known_from_sources: bool = False
+    """What the bridge knows of this product comes from its sources and documentation, not from a test here."""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        """``"Prometheus 3.16.0"``, ``"VictoriaMetrics (answers as Prometheus 2.24.0)"``, ..."""
+        return f"{self.product} {self.version}".strip() if self.version else self.product
+
+    def exact_increase(self, selector: str, length: str, at: str) -> str:
+        """The expression of ``selector``'s exact increase over ``length`` ending at ``at`` (PromQL text); a
+        ``ValueError`` for a store without one (:attr:`increase` is ``None``).
+
+        A series with no sample inside the range has no increase there: ``increase()`` answers nothing for it (both
+        stores), so the series still reporting within the lookback are added with 0, or a window shorter than the
+        scrape interval would lose its keys."""
+        if self.increase == "anchored":
+            increase = f"increase({selector}[{length}] anchored @ {at})"
+        elif self.increase == "metricsql":
+            increase = f"increase({selector}[{length}] @ {at})"
+        else:
+            raise ValueError(f"{self.name} has no exact window increase")
+        return f"({increase} or 0 * last_over_time({selector}[{_LOOKBACK}] @ {at}))"
+
+
+def detect_store(client: PrometheusClient) -> Store:
+    """Ask the store at ``client.url`` what it is (see the module docstring); the query parameters it needs
+    (:attr:`Store.query_params`) are added to ``client``. An unreachable store raises as any query would."""
+    info = _optional(client.buildinfo) or {}
+    version = str(info.get("version", ""))
+    flags = client.flags()
+    if flags is not None:
+        store = _victoria_metrics(client, flags)
+    else:
+        features = _optional(client.features)
+        application = str(info.get("application", ""))
+        if "mimir" in application.lower():
+            store = Store(
+                "Grafana Mimir",
+                version,
+                increase="anchored" if _promql_feature(features, "anchored") or _parses(client, _anchored) else None,
+                utf8_names=_parses(client, _utf8_name),
+                known_from_sources=True,
+                notes=(
+                    "no /api/v1/targets: windows are bounded by its samples; give prometheus.scrape_interval_s",
+                    "multi-tenant: set the X-Scope-OrgID header through a proxy in front of prometheus.url",
+                ),
+            )
+        else:
+            store = Store(
+                "Prometheus",
+                version,
+                increase="anchored" if _promql_feature(features, "anchored") or _parses(client, _anchored) else None,
+                utf8_names=_parses(client, _utf8_name),
+            )
+    _log.info(
+        "%s at %s: window increases by %s, UTF-8 metric names %s",
+        store.name,
+        client.url,
+        f"increase() ({store.increase})" if store.increase else "the samples at each boundary",
+        "quoted" if store.utf8_names else "not supported",
+    )
+    return store
+
+
+def _victoria_metrics(client: PrometheusClient, flags: Mapping[str, str]) -> Store:
+    client.add_query_params(_VICTORIAMETRICS_PARAMS)  # before the probes: they are queries too
+    try:
+        max_bytes = int(flags.get("search.maxQueryLen", str(VICTORIAMETRICS_MAX_QUERY_BYTES)))
+    except ValueError:
+        max_bytes = VICTORIAMETRICS_MAX_QUERY_BYTES
+    return Store(
+        "VictoriaMetrics",
+        "",
+        increase="metricsql" if _parses(client, _metricsql_increase) else None,
+        query_params=_VICTORIAMETRICS_PARAMS,
+        utf8_names=_parses(client, _utf8_name),
+        max_query_bytes=max_bytes,
+        storing_delay_s=VICTORIAMETRICS_FLUSH_S,
+        notes=(
+            "queries carry nocache=1 (else it reads near-present times at now - search.latencyOffset)",
+            f"the step's query is sent in parts of at most {max_bytes} bytes (search.maxQueryLen)",
+        ),
+    )
+
+
+def _anchored() -> str:
+    return f"increase({_PROBE_NAME}[1m] anchored @ 0)"
+
+
+def _metricsql_increase() -> str:
+    return f"increase({_PROBE_NAME}[1m] @ 0)"
+
+
+def _utf8_name() -> str:
+    return '{"otel_bridge.probe"}'
+
+
+def _parses(client: PrometheusClient, probe: Callable[[], str]) -> bool:
+    """Whether the store accepts the probe query (it matches no series: the answer is empty either way)."""
+    try:
+        client.query(probe())
+    except PrometheusAPIError as exc:
+        if exc.error_type == "bad_data" or exc.status_code in (400, 422):
+            return False
+        raise
+    return True
+
+
+def _promql_feature(features: Mapping[str, Any] | None, name: str) -> bool:
+    promql = features.get("promql") if features else None
+    return isinstance(promql, dict) and promql.get(name) is True
+
+
+def _optional(call: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """``call()``, or ``None`` when the store has no such endpoint (an error answer, or something that is not JSON)."""
+    try:
+        return call()
+    except (PrometheusAPIError, PrometheusResponseError):
+        return None

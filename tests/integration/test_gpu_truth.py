@@ -168,7 +168,7 @@ ROLES = {"rollout": [{"Hostname": HOSTS["rollout"]}], "trainer": [{"Hostname": H
 @pytest.mark.integration
 @pytest.mark.parametrize("grouping", ["Hostname", "role"])
 def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
-    tmp_path: Path, fleet: tuple[GPUFleet, list[Exporter]], grouping: str
+    tmp_path: Path, fleet: tuple[GPUFleet, list[Exporter]], grouping: str, prometheus_version: str
 ) -> None:
     """The PromQL path (a real Prometheus scraping the exporters every 0.5 s: ``avg_over_time`` in the query; the
     counters read by the bridge's boundary scrapes, and, with ``boundary: samples``, from Prometheus' samples) and the
@@ -179,7 +179,10 @@ def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
     gpus, exporters = fleet
     interval_s = 0.5
     targets = [f"127.0.0.1:{e.server.port}" for e in exporters]
-    with PrometheusServer(tmp_path / "prometheus", targets, scrape_interval_s=interval_s) as prometheus:
+    server = PrometheusServer(
+        tmp_path / "prometheus", targets, scrape_interval_s=interval_s, version=prometheus_version
+    )
+    with server as prometheus:
         prometheus.wait_for_samples("DCGM_FI_DEV_GPU_UTIL", count=2)
         common = {"metrics": [{"preset": "dcgm", "by": [grouping]}], "roles": ROLES, "naming": {"infra_prefix": ""}}
         promql = {**common, "prometheus": {"url": prometheus.url, "scrape_interval_s": interval_s}}

@@ -78,6 +78,17 @@ class ResponseTooLargeError(PrometheusError):
         self.limit_bytes = limit_bytes
 
 
+class QueryTooLongError(ConfigError):
+    """A part of a step's query is longer than the store accepts in one query (VictoriaMetrics'
+    ``-search.maxQueryLen``): no split of the union can send it, so the configured metrics and the store's limit do
+    not fit together."""
+
+    def __init__(self, message: str, *, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(message)
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+
+
 class ScrapeError(OtelBridgeError):
     """A ``/metrics`` endpoint could not be read."""
 

@@ -10,16 +10,18 @@ that do not pass ``latency_offset``, and ``-search.maxQueryLen`` (16 KiB) bounds
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 
 from tests.helpers.peers import VICTORIAMETRICS, peer_binary
 from tests.helpers.prometheus_server import ServerProcess
 
-__all__ = ["VictoriaMetricsServer", "victoria_metrics_binary"]
+__all__ = ["Importer", "VictoriaMetricsServer", "victoria_metrics_binary"]
 
 
 def victoria_metrics_binary() -> str:
@@ -85,3 +87,71 @@ class VictoriaMetricsServer(ServerProcess):
     def prepare(self) -> None:
         if self.targets:
             self.scrape_config_path.write_text(yaml.safe_dump(self.scrape_config()), encoding="utf-8")
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result list, read with ``nocache=1`` (the newest samples, not those of
+        ``-search.latencyOffset`` ago); :meth:`query_as_is` without it."""
+        return self._query(expr, at, {"nocache": "1"})
+
+    def query_as_is(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result list as a client that knows nothing of VictoriaMetrics asks it."""
+        return self._query(expr, at, {})
+
+    def _query(self, expr: str, at: float | None, extra: dict[str, str]) -> list[dict[str, Any]]:
+        params = {"query": expr, **extra, **({"time": f"{at:.3f}"} if at is not None else {})}
+        body = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10).json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {body}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+
+class Importer:
+    """Pushes what ``/metrics`` endpoints serve into VictoriaMetrics every ``interval_s`` seconds, as a push pipeline
+    would (``/api/v1/import/prometheus``, stamped on arrival, ``job`` and ``instance`` added): series no scrape target
+    of VictoriaMetrics serves, so its targets list knows nothing of them. Stopped (the thread joined) by :meth:`stop`
+    or on leaving a ``with`` block; a failed push ends the thread and :meth:`stop` raises it."""
+
+    def __init__(self, url: str, endpoints: Sequence[tuple[str, str]], *, interval_s: float = 1.0, job: str = "push"):
+        """``endpoints``: ``(metrics URL, instance label)`` pairs."""
+        self.url = url
+        self.endpoints = list(endpoints)
+        self.interval_s = interval_s
+        self.job = job
+        self.pushes = 0
+        self._stop = threading.Event()
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="test-vm-import", daemon=True)
+
+    def start(self) -> Importer:
+        """Start pushing (the first push at once)."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for metrics_url, instance in self.endpoints:
+                    text = requests.get(metrics_url, timeout=5).text
+                    params = [("extra_label", f"job={self.job}"), ("extra_label", f"instance={instance}")]
+                    response = requests.post(
+                        f"{self.url}/api/v1/import/prometheus", params=params, data=text.encode(), timeout=5
+                    )
+                    response.raise_for_status()
+                self.pushes += 1
+                self._stop.wait(self.interval_s)
+        except (requests.RequestException, OSError) as exc:  # handed to stop(), which raises it in the test
+            self._error = exc
+
+    def stop(self) -> None:
+        """Stop pushing; raises what ended the thread early, if anything did."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self._error is not None:
+            raise RuntimeError(f"pushing into {self.url} failed") from self._error
+
+    def __enter__(self) -> Importer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -6,6 +6,7 @@ from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.promql.connect import connect
+from otel_bridge.producers.promql.targets import Schedule, schedule_of
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_success, prom_vector
 
 COUNTER, GAUGE = "vllm:generation_tokens_total", "vllm:num_requests_running"
@@ -32,3 +33,17 @@ def test_start_up_asks_for_the_targets_once() -> None:
         paths = [r.path for r in server.requests]
     assert paths.count("/api/v1/targets") == 1
     assert producer.boundary == "samples"
+
+
+def test_victoria_metrics_targets_give_their_schedule_in_discovered_labels() -> None:
+    """VictoriaMetrics' ``/api/v1/targets`` entries (``lib/promscrape/targetstatus.go``, v1.151.0) have no
+    ``scrapeInterval``/``scrapeTimeout``: the discovered labels carry them, and they win over the configured default."""
+    entry: dict[str, object] = {
+        "discoveredLabels": {"__address__": "127.0.0.1:8000", "__scrape_interval__": "30s", "__scrape_timeout__": "5s"},
+        "labels": TARGET,
+        "scrapeUrl": "http://127.0.0.1:8000/metrics",
+        "lastScrapeDuration": 0.01,
+        "health": "up",
+    }
+    assert schedule_of([entry], 15.0) == Schedule(30.0, 0.02, True)
+    assert schedule_of([{**entry, "lastScrapeDuration": 9.0}], 15.0).storing_delay_s == 5.0  # at most the timeout

@@ -3,6 +3,7 @@ and expressions it rejects, by entry."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Sequence
 
@@ -74,45 +75,66 @@ def check_expressions(
     *,
     pad_s: float,
     exact_increase: ExactIncrease | None = None,
+    store: Store | None = None,
 ) -> None:
-    """Evaluate one window's union once; when Prometheus rejects it as ``bad_data``, each query alone, to name the one
-    it rejects (a :class:`ConfigError`). Any other API error (401, ``execution``, ``unavailable``...) is raised as it
-    is: a server problem, which ``startup: degrade`` rides out."""
-    expression = WindowPlan(
+    """Evaluate one window's union once (in the parts ``store`` takes, see :meth:`WindowPlan.expressions`); when
+    Prometheus rejects it as ``bad_data``, each query alone, to name the one it rejects (a :class:`ConfigError`). Any
+    other API error (401, ``execution``, ``unavailable``...) is raised as it is: a server problem, which
+    ``startup: degrade`` rides out. A part longer than the store takes in one query, in this window or in the run's
+    last one (whose parts are longer: it is closed by the samples after its end), is a
+    :class:`~otel_bridge.errors.QueryTooLongError`."""
+    limit = (store.max_query_bytes, store.max_query_setting) if store is not None else (None,)
+    plan = WindowPlan(
         queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0, exact_increase=exact_increase
-    ).expression
-    if expression is None:
+    )
+    expressions = plan.expressions(*limit)
+    if not expressions:
         return
+    last = dataclasses.replace(window, final=True)
+    WindowPlan(
+        queries,
+        last,
+        increase_queries=increase_queries,
+        pad_s=pad_s,
+        closing_s=pad_s,
+        report_unread=True,
+        exact_increase=exact_increase,
+    ).expressions(*limit)
     try:
-        client.query(expression, time=window.end)
+        for expression in expressions:
+            client.query(expression, time=window.end)
     except PrometheusAPIError as exc:
-        if exc.error_type != "bad_data":  # a 401, an overloaded or failing server: not the config's fault
+        if not _rejected(exc):  # a 401, an overloaded or failing server: not the config's fault
             raise
         for query in queries:
             if query.promql is not None:  # as written, so Prometheus' line:column points into it
-                alone: str | None = query.promql.replace(WINDOW_PLACEHOLDER, f"{promql.duration(pad_s):<7}")
+                parts = [query.promql.replace(WINDOW_PLACEHOLDER, f"{promql.duration(pad_s):<7}")]
             else:
-                increases = [0] if counting(query) else []
-                plan = WindowPlan(
+                parts = WindowPlan(
                     [query],
                     window,
-                    increase_queries=increases,
+                    increase_queries=[0] if counting(query) else [],
                     pad_s=pad_s,
                     closing_s=0.0,
                     exact_increase=exact_increase,
-                )
-                alone = plan.expression
+                ).expressions(*limit)
             try:
-                if alone is not None:
-                    client.query(alone, time=window.end)
+                for part in parts:
+                    client.query(part, time=window.end)
             except PrometheusAPIError as own:
-                if own.error_type != "bad_data":
+                if not _rejected(own):
                     raise
                 raise ConfigError(_rejection(query, own)) from None
         raise ConfigError(
             f"Prometheus rejects the configured metrics together ({_api_error(exc)}); check the promql/name/labels "
             "entries under metrics"
         ) from None
+
+
+def _rejected(exc: PrometheusAPIError) -> bool:
+    """Whether the store rejects the query itself: Prometheus says ``bad_data``, VictoriaMetrics answers 400 with
+    ``"errorType": "400"`` (queries longer than its limit are never sent: :meth:`WindowPlan.expressions`)."""
+    return exc.error_type in ("bad_data", "400")
 
 
 def _api_error(exc: PrometheusAPIError) -> str:

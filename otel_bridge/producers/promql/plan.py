@@ -43,8 +43,9 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
+from otel_bridge.errors import QueryTooLongError
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
 from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
@@ -70,9 +71,12 @@ down for a while is re-read when it comes back, and what it counted meanwhile la
 Target = tuple[str, str]
 """``(job, instance)`` of a Prometheus target."""
 
-ExactIncrease = Callable[[str, str, str], str]
-"""``(selector, range length, evaluation time) -> expression``: a store's own exact increase
-(:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
+
+class ExactIncrease(Protocol):
+    """``(selector, range length, evaluation time, present=range) -> expression``: a store's own exact increase
+    (:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
+
+    def __call__(self, selector: str, length: str, at: str, *, present: str | None = None) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +172,7 @@ class WindowPlan:
         )
         self.parts: dict[str, Part] = {}
         self._exprs: list[str] = []
+        self._tags: list[str] = []
         for index, query in enumerate(self.queries):
             if query.promql is not None:
                 self._raw_promql(index, query)
@@ -197,12 +202,21 @@ class WindowPlan:
         """The union to evaluate at ``time=window.end``; ``None`` when there is nothing to ask."""
         return promql.union(self._exprs) if self._exprs else None
 
-    def expressions(self, max_bytes: int | None) -> list[str]:
+    def expressions(self, max_bytes: int | None, limit: str = "the store's longest query") -> list[str]:
         """The union in as few queries as a store that refuses queries longer than ``max_bytes`` takes (one without
-        a limit): whole parts packed in order; a part longer than the limit alone is its own query (the store's
-        refusal then names it)."""
+        a limit): whole parts packed in order. A part longer than the limit alone cannot be sent: a
+        :class:`QueryTooLongError` naming ``limit`` (the store's setting) and the size it would take."""
         if max_bytes is None or (self.expression is not None and len(self.expression.encode()) <= max_bytes):
             return [self.expression] if self.expression is not None else []
+        size, tag = max((len(expr.encode()), tag) for expr, tag in zip(self._exprs, self._tags, strict=True))
+        if size > max_bytes:
+            raise QueryTooLongError(
+                f"one part of step {self.window.step}'s query ({TAG_LABEL}={tag!r}) is {size} bytes, longer than "
+                f"{limit} ({max_bytes} bytes), and a part cannot be split further: raise it to at least {size} "
+                "bytes, or shorten that metric's matchers and label groups",
+                size_bytes=size,
+                limit_bytes=max_bytes,
+            )
         groups: list[list[str]] = []
         for expr in self._exprs:
             if groups and len(promql.union([*groups[-1], expr]).encode()) <= max_bytes:
@@ -213,6 +227,7 @@ class WindowPlan:
 
     def _add(self, tag: str, part: Part, expr: str) -> None:
         self.parts[tag] = part
+        self._tags.append(tag)
         self._exprs.append(promql.tag_series(expr, TAG_LABEL, tag))
 
     def _raw_promql(self, index: int, query: MetricQuery) -> None:
@@ -280,6 +295,17 @@ class WindowPlan:
         assert window.start is not None
         primary = promql.selector(primary_names(query)[0], dict(query.matchers), utf8=query.utf8)
         end_lag = f"abs({_at(window.end)} - timestamp({primary} @ {_at(self.close_at)}))"
+        if window.final and self.close_at > window.end:
+            # The run's last window is closed by each series' first sample after its end (the smallest counter value
+            # there), which may lie well before close_at when the window is closed by arrivals: that sample's distance,
+            # found by a subquery once per run (a series with none after the end: its last one before).
+            after = promql.duration(self.close_at - window.end)
+            resolution = promql.duration(max(self.pad_s / 20, 0.001))
+            after_end = f"(timestamp({primary}) > {_at(window.end)})[{after}:{resolution}]"
+            first = f"min_over_time({after_end} @ {_at(self.close_at)})"
+            end_lag = (
+                f"({first} - {_at(window.end)}) or abs({_at(window.end)} - timestamp({primary} @ {_at(window.end)}))"
+            )
         start_lag = f"abs({_at(window.start)} - timestamp({primary} @ {_at(window.start)}))"
         self._add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
         self._add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
@@ -293,10 +319,13 @@ class WindowPlan:
         # Both ends in whole milliseconds, as _at() writes them, so the range starts exactly at the start's _at().
         length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
         histogram = query.kind == "histogram" and query.ratio is None
+        # A window shorter than two scrape intervals may hold no sample of a live series (increase() then answers
+        # nothing for it): those add 0, so the key stays.
+        present = promql.duration(self.pad_s) if window.end - window.start < self.pad_s else None
         end = _at(window.end)
         for position, name in enumerate(query.series_names()):
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-            increase = roled(query, name, lambda sel: exact_increase(sel, length, end))
+            increase = roled(query, name, lambda sel: exact_increase(sel, length, end, present=present))
             self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
         self._lag(index, query)
 

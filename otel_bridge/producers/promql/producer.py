@@ -200,6 +200,7 @@ class PromQLProducer:
             self._increase_queries(),
             pad_s=self._pad_s,
             exact_increase=self._exact_increase(),
+            store=self._store,
         )
         if not self._ready:
             primary = self._primary_names()
@@ -315,6 +316,14 @@ class PromQLProducer:
 
     def _learn_rules(self) -> None:
         if self._rules_mode != "off" and self._boundary == "samples" and self._counting_queries():
+            if self._store is not None and self._store.rules is not None:
+                if self._rules_mode == "required":
+                    raise ConfigError(
+                        f"prometheus.recording_rules: required, but {self._store.rules}; set "
+                        "prometheus.recording_rules: off (or auto)"
+                    )
+                _log.info("otel-bridge's recording rules are not used: %s", self._store.rules)
+                return
             self._rules = rules_in_use(
                 self._client.rule_groups(), self._queries, required=self._rules_mode == "required"
             )
@@ -428,6 +437,8 @@ class PromQLProducer:
         span = promql.duration(max(min(window.end - window.start, 1.5 * self._interval_s), 0.001))
         while not self._closed.is_set():
             now = time.time()
+            if now >= deadline:  # a window of the past (or one waited for long enough): nothing to ask
+                return now
             after = now - window.end
             if after >= 0.001:
                 missing = " + ".join(
@@ -438,8 +449,6 @@ class PromQLProducer:
                 result = self._client.query(missing, time=now)
                 if not result.series or result.series[0].samples[-1][1] == 0:
                     return now
-            if now >= deadline:
-                return now
             self._closed.wait(min(_ARRIVAL_POLL_S, max(deadline - now, 0.0)) or _ARRIVAL_POLL_S)
         return time.time()
 
@@ -473,7 +482,8 @@ class PromQLProducer:
             self._closed.wait(remaining)
 
     def _ask(self, plan: WindowPlan) -> WindowAnswer:
-        expressions = plan.expressions(self._store.max_query_bytes if self._store is not None else None)
+        store = self._store
+        expressions = plan.expressions(*((store.max_query_bytes, store.max_query_setting) if store else (None,)))
         if not expressions:
             return WindowAnswer()
         results = [self._client.query(expression, time=plan.window.end) for expression in expressions]

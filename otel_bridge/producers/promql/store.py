@@ -20,7 +20,8 @@ What differs and how the bridge handles it:
   targets that reset (:mod:`otel_bridge.producers.promql.plan`).
 - **VictoriaMetrics** evaluates a query near the present at ``now - search.latencyOffset`` (30 s by default) unless
   asked not to (``nocache=1``, sent with every query), makes a written sample queryable up to
-  :data:`VICTORIAMETRICS_FLUSH_S` later (its pending rows are flushed every 2 s: ``lib/storage/raw_row.go``), and
+  :data:`VICTORIAMETRICS_FLUSH_S` later (its pending rows are flushed at a 2 s tick once 2 s have passed since the
+  last flush, so a row can wait two ticks: ``lib/storage/raw_row.go``, ``partition.go``), and
   refuses queries longer than ``search.maxQueryLen`` (16 KiB by default), so the step's union is sent in parts under
   that size.
 """
@@ -38,11 +39,10 @@ from otel_bridge.prometheus.client import PrometheusClient
 _log = logging.getLogger(__name__)
 
 _PROBE_NAME = "otel_bridge_probe_no_series_has_this_name"
-_LOOKBACK = "5m"
-"""Prometheus' default lookback: how long after its last sample a series still counts as present."""
 _VICTORIAMETRICS_PARAMS = (("nocache", "1"),)
-VICTORIAMETRICS_FLUSH_S = 2.0
-"""How long after it is written VictoriaMetrics may take to answer with a sample (its pending-rows flush interval)."""
+VICTORIAMETRICS_FLUSH_S = 4.5
+"""How long after it is written VictoriaMetrics may take to answer with a sample: two pending-rows flush ticks (2 s
+each) and a margin. Measured on v1.151.0 scraping every second: the newest sample a query saw was up to 4.35 s old."""
 VICTORIAMETRICS_MAX_QUERY_BYTES = 16 * 1024
 """``-search.maxQueryLen``'s default: the longest query VictoriaMetrics accepts unless started with more."""
 
@@ -60,7 +60,11 @@ class Store:
     utf8_names: bool = False
     query_params: tuple[tuple[str, str], ...] = ()
     max_query_bytes: int | None = None
+    max_query_setting: str = "the store's longest query"
+    """What sets :attr:`max_query_bytes`, as an operator changes it (``VictoriaMetrics' -search.maxQueryLen``)."""
     storing_delay_s: float = 0.0
+    rules: str | None = None
+    """Why the store cannot run otel-bridge's recording rules (``None``: it may, as Prometheus does)."""
     known_from_sources: bool = False
     """What the bridge knows of this product comes from its sources and documentation, not from a test here."""
     notes: tuple[str, ...] = field(default=())
@@ -70,20 +74,23 @@ class Store:
         """``"Prometheus 3.16.0"``, ``"VictoriaMetrics (answers as Prometheus 2.24.0)"``, ..."""
         return f"{self.product} {self.version}".strip() if self.version else self.product
 
-    def exact_increase(self, selector: str, length: str, at: str) -> str:
+    def exact_increase(self, selector: str, length: str, at: str, *, present: str | None = None) -> str:
         """The expression of ``selector``'s exact increase over ``length`` ending at ``at`` (PromQL text); a
         ``ValueError`` for a store without one (:attr:`increase` is ``None``).
 
         A series with no sample inside the range has no increase there: ``increase()`` answers nothing for it (both
-        stores), so the series still reporting within the lookback are added with 0, or a window shorter than the
-        scrape interval would lose its keys."""
+        stores). With ``present`` (a range), the series with a sample within ``present`` before ``at`` are added with
+        0, so a window shorter than the scrape interval keeps its keys; longer windows hold a sample of every live
+        series and need not pay for it."""
         if self.increase == "anchored":
             increase = f"increase({selector}[{length}] anchored @ {at})"
         elif self.increase == "metricsql":
             increase = f"increase({selector}[{length}] @ {at})"
         else:
             raise ValueError(f"{self.name} has no exact window increase")
-        return f"({increase} or 0 * last_over_time({selector}[{_LOOKBACK}] @ {at}))"
+        if present is None:
+            return increase
+        return f"({increase} or 0 * last_over_time({selector}[{present}] @ {at}))"
 
 
 def detect_store(client: PrometheusClient) -> Store:
@@ -139,7 +146,13 @@ def _victoria_metrics(client: PrometheusClient, flags: Mapping[str, str]) -> Sto
         query_params=_VICTORIAMETRICS_PARAMS,
         utf8_names=_parses(client, _utf8_name),
         max_query_bytes=max_bytes,
+        max_query_setting="VictoriaMetrics' -search.maxQueryLen",
         storing_delay_s=VICTORIAMETRICS_FLUSH_S,
+        rules=(
+            "VictoriaMetrics runs no recording rules itself (vmalert evaluates them and writes the results back, on "
+            "its own schedule; without -vmalert.proxyURL its /api/v1/rules answers an empty list), and it needs none "
+            "here: each window's increase is one MetricsQL increase() per metric"
+        ),
         notes=(
             "queries carry nocache=1 (else it reads near-present times at now - search.latencyOffset)",
             f"the step's query is sent in parts of at most {max_bytes} bytes (search.maxQueryLen)",

@@ -76,15 +76,26 @@ def schedule_of(targets: Sequence[dict[str, object]], default_interval_s: float)
     """Interval and storing delay of ``targets``, from Prometheus' targets list.
 
     A scrape is stored when it ends: the delay is twice the longest recent scrape (``lastScrapeDuration``), at most
-    the scrape timeout. Without targets there is nothing to wait for.
+    the scrape timeout. Without targets there is nothing to wait for. VictoriaMetrics' targets list has no
+    ``scrapeInterval``/``scrapeTimeout`` fields: their ``discoveredLabels`` ``__scrape_interval__`` and
+    ``__scrape_timeout__`` say the same (``lib/promscrape/targetstatus.go``).
     """
-    intervals = [i for i in (promql.target_duration(t.get("scrapeInterval")) for t in targets) if i is not None]
-    timeouts = [t for t in (promql.target_duration(t.get("scrapeTimeout")) for t in targets) if t is not None]
+    intervals = [i for i in (_duration(t, "scrapeInterval", "__scrape_interval__") for t in targets) if i is not None]
+    timeouts = [t for t in (_duration(t, "scrapeTimeout", "__scrape_timeout__") for t in targets) if t is not None]
     durations = [d for d in (t.get("lastScrapeDuration") for t in targets) if isinstance(d, int | float)]
     interval = max(intervals) if intervals else default_interval_s
     timeout = max(timeouts) if timeouts else min(10.0, interval)
     delay = min(timeout, 2.0 * max(durations)) if durations else (timeout if targets else 0.0)
     return Schedule(interval, delay, bool(targets))
+
+
+def _duration(target: dict[str, object], field: str, label: str) -> float | None:
+    """A duration of a targets-list entry: its ``field``, else its discovered label ``label``."""
+    found = promql.target_duration(target.get(field))
+    discovered = target.get("discoveredLabels")
+    if found is None and isinstance(discovered, dict):
+        found = promql.target_duration(discovered.get(label))
+    return found
 
 
 def scrape_urls(values: Iterable[object], where: str) -> list[str]:

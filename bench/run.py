@@ -26,6 +26,7 @@ SUITES = {
     "overhead": "bench.suite_overhead",
     "promql-scale": "bench.suite_promql_scale",
     "phases": "bench.suite_phases",
+    "gpu-scale": "bench.suite_gpu_scale",
 }
 
 

@@ -37,6 +37,10 @@ PHASE_ATTRIBUTE: Final = "otel_bridge.phase"
 """Data-point attribute naming the phase (unique within the step: ``gen``, ``gen_2``...)."""
 PHASE_SECONDS_METRIC: Final = "otel_bridge.phase.seconds"
 """A phase's duration in seconds."""
+STEP_SECONDS_METRIC: Final = "otel_bridge.phase.step_seconds"
+"""The step's duration in seconds, beside its phases' (no phase attribute; only in a step with phases)."""
+OUTSIDE_PHASES_METRIC: Final = "otel_bridge.phase.outside_seconds"
+"""The seconds of the step that no phase covered: the time nobody accounted for (no phase attribute)."""
 
 
 def _ns(t: float | None) -> int:

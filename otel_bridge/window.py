@@ -8,7 +8,8 @@ configuration can check them.
 Statistics by metric kind (defaults in bold):
 
 - counter: **delta** (increase during the window, reset-aware), **rate** (delta / window seconds)
-- gauge: **last**, min, **max**, mean (over the samples taken inside the window)
+- gauge: **last**, min, **max**, mean (over the samples taken inside the window), idle_seconds (window seconds x
+  (1 - mean / ``full_scale``) per series: a device's idle time, e.g. idle GPU-seconds from a utilization gauge)
 - histogram: **mean**, **p50**, **p99** (any ``pNN`` / ``pNN.N``), **count** (observations during the window), from
   per-bucket increases; a quantile is Prometheus' estimate bounded by what the buckets and ``_sum`` prove
   (:func:`otel_bridge.producers.statistics.quantile_bounds`)
@@ -24,7 +25,9 @@ from typing import Final, Literal
 MetricKind = Literal["counter", "gauge", "histogram"]
 
 COUNTER_STATS: Final = ("delta", "rate")
-GAUGE_STATS: Final = ("last", "min", "max", "mean")
+GAUGE_STATS: Final = ("last", "min", "max", "mean", "idle_seconds")
+IDLE_STAT: Final = "idle_seconds"
+"""The gauge statistic that needs the metric's ``full_scale`` (the value of a fully busy device)."""
 HISTOGRAM_FIXED_STATS: Final = ("mean", "count", "sum")
 DEFAULT_STATS: Final[dict[MetricKind, tuple[str, ...]]] = {
     "counter": ("delta", "rate"),

@@ -31,6 +31,15 @@ TABLE_KEYS = (
     "phase/update/seconds",
     "phase/update/rollout/vllm/generation_tokens_total/rate",
     "phase/update/rollout/vllm/kv_cache_usage_perc/max",
+    "phase/gen/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.rollout-node",
+    "phase/gen/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.trainer-node",
+    "phase/update/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.rollout-node",
+    "phase/update/rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.trainer-node",
+    "phase/gen/rollout/DCGM_FI_DEV_GPU_UTIL/mean/Hostname.rollout-node",
+    "phase/update/rollout/DCGM_FI_DEV_GPU_UTIL/mean/Hostname.trainer-node",
+    "rollout/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta/Hostname.rollout-node",
+    "rollout/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta/Hostname.trainer-node",
+    "phase/outside_seconds",
 )
 
 
@@ -39,7 +48,8 @@ def add_parser(commands: Any) -> None:
     demo = commands.add_parser(
         "demo",
         help="run a small training loop against simulated vLLM servers",
-        description="Run a small training loop against two simulated vLLM rollout servers and write the per-step "
+        description="Run a small training loop against two simulated vLLM rollout servers and two simulated "
+        "dcgm-exporters (a rollout node's and a trainer node's GPUs) and write the per-step "
         "records (trainer + infrastructure) to TensorBoard and JSONL under OUT/<run name>/. By default the bridge "
         "reads the servers' /metrics itself (scrape path); --prometheus starts a real Prometheus scraping them and "
         "reads through it (PromQL path), then stops it.",
@@ -61,7 +71,7 @@ def add_parser(commands: Any) -> None:
         "--prometheus-url",
         default=None,
         help="read infrastructure metrics through this Prometheus (PromQL path); it must scrape the simulated "
-        "servers at 127.0.0.1:SIM_PORT and SIM_PORT+1",
+        "servers at 127.0.0.1:SIM_PORT and SIM_PORT+1, the simulated dcgm-exporters at SIM_PORT+2 and SIM_PORT+3",
     )
     demo.add_argument(
         "--sim-port", type=int, default=0, help="first port of the simulated servers (default: free ports)"

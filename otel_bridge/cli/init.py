@@ -152,6 +152,11 @@ def starter_config(
         "  # - alias: rollout_tokens_per_s  # PromQL path only: any expression ($window is the step's length)",
         "  #   promql: sum(rate(vllm:generation_tokens_total[$window]))",
         "",
+        "# What each GPU serves, for `by: [role]`: role -> label sets by host, pod or GPU index (docs/gpu-time.md).",
+        "# roles:",
+        "#   rollout: [{Hostname: gpu-node-0}]",
+        "#   trainer: [{Hostname: gpu-node-1}]",
+        "",
         "# Where records go. Relative paths are under <run.dir>/<run.name>/.",
         "trackers:",
     ]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from otel_bridge.errors import ConfigError
+from otel_bridge.exporters.naming import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY
 
 _log = logging.getLogger(__name__)
 RECORD_FIELDS = frozenset({"step", "time", "window_start", "_notes"})
@@ -134,8 +135,11 @@ def group_of(key: str) -> str:
     """The panel a key belongs to: its prefix before the last ``/`` (the key itself when it has none).
 
     A phase's statistic joins the step's panel of the same key (``phase/gen/rollout/vllm/x/delta`` beside
-    ``rollout/vllm/x/delta``); the phases' durations (``phase/<name>/seconds``) share one panel.
+    ``rollout/vllm/x/delta``); the phases' durations (``phase/<name>/seconds``) share one panel, with the step's
+    own seconds and those outside every phase (``phase/step_seconds``, ``phase/outside_seconds``).
     """
+    if key in (STEP_SECONDS_KEY, OUTSIDE_PHASES_KEY):
+        return PHASES_GROUP
     phase, rest = phase_of(key)
     if phase is not None:
         return PHASES_GROUP if rest == "seconds" else group_of(rest)

@@ -51,7 +51,7 @@ from otel_bridge.prometheus_names import (
     metric_kind,
     prometheus_name,
 )
-from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
+from otel_bridge.window import DEFAULT_STATS, IDLE_STAT, MetricKind, allowed_stats, is_valid_stat
 
 BoundaryMode = Literal["auto", "scrape", "samples"]
 """``prometheus.boundary``: what bounds a step's window for counters and histograms."""
@@ -329,7 +329,7 @@ class MetricConfig(_Model):
 
     name: str | None = Field(None, description="Prometheus metric name, e.g. vllm:generation_tokens_total.")
     promql: str | None = Field(None, description="A full PromQL expression (PromQL path only); needs alias.")
-    preset: str | None = Field(None, description="A named metric set: vllm, sglang, ray.")
+    preset: str | None = Field(None, description="A named metric set: vllm, sglang, ray, dcgm, amd, node.")
     ratio: RatioConfig | None = Field(None, description="Ratio of two counters' deltas; needs alias.")
     otlp: OTLPInstrumentConfig | None = Field(
         None, description="An OpenTelemetry instrument pushed through the collector, read by its Prometheus name."
@@ -340,6 +340,21 @@ class MetricConfig(_Model):
     agg: Literal["sum", "mean", "max", "min"] = Field("sum", description="How gauges combine across series.")
     labels: dict[str, str] = Field(default_factory=dict, description="Label equality matchers.")
     alias: str | None = Field(None, description="Key name used instead of the metric name.")
+    scale: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Multiplies every statistic of this metric (a unit conversion: 0.001 turns DCGM's millijoules into joules)."
+        ),
+    )
+    full_scale: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "The gauge's value when the device is fully busy (100 for a percentage, 1 for a ratio); needed by the "
+            "idle_seconds statistic."
+        ),
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> Self:
@@ -355,7 +370,9 @@ class MetricConfig(_Model):
                 raise ValueError(f"{label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
         if (self.promql is not None or self.ratio is not None) and not self.alias:
             raise ValueError("promql and ratio metrics need an alias (the key they are logged under)")
-        if self.preset is not None and (self.type or self.stats or self.alias or self.labels):
+        if self.preset is not None and (
+            self.type or self.stats or self.alias or self.labels or self.scale or self.full_scale
+        ):
             raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`)")
         known = self.type or (metric_kind(self.otlp.instrument) if self.otlp is not None else None)
         if known is not None and self.stats is not None:
@@ -365,6 +382,11 @@ class MetricConfig(_Model):
                 raise ValueError(f"stats {bad} are not valid for a {kind}; allowed: {allowed_stats(kind)}")
         if self.stats is not None and not self.stats:
             raise ValueError("stats must not be empty (omit it for the type's defaults)")
+        if self.stats is not None and IDLE_STAT in self.stats and self.full_scale is None:
+            raise ValueError(
+                f"stat {IDLE_STAT} needs full_scale: the gauge's value when the device is fully busy "
+                "(100 for a percentage such as DCGM_FI_DEV_GPU_UTIL, 1 for a ratio such as DCGM_FI_PROF_SM_ACTIVE)"
+            )
         return self
 
     def default_stats(self) -> tuple[str, ...]:
@@ -504,6 +526,15 @@ class BridgeConfig(_Model):
     prometheus: PrometheusConfig = PrometheusConfig()
     scrape: ScrapeConfig = ScrapeConfig()
     metrics: list[MetricConfig] = Field(default_factory=list)
+    roles: dict[str, list[dict[str, str]]] = Field(
+        default_factory=dict,
+        description=(
+            "What each series serves, named once: role -> label sets (e.g. rollout: [{Hostname: node-0}, "
+            "{Hostname: node-1, gpu: '0'}]). A series whose labels include all of one of a role's label sets "
+            "belongs to that role; metrics with `by: [role]` are grouped by it (series in no role left out, a series "
+            "in several roles counted in each)."
+        ),
+    )
     trackers: list[TrackerConfig] = Field(default_factory=lambda: [TrackerConfig(type="jsonl")])
     naming: NamingConfig = NamingConfig()
     run: RunConfig = RunConfig()
@@ -531,6 +562,24 @@ class BridgeConfig(_Model):
                     "metrics are configured but there is nowhere to read them: set prometheus.url or scrape.targets"
                 )
         return self
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, roles: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+        for role, label_sets in roles.items():
+            if not role:
+                raise ValueError("a role needs a name (roles: {rollout: [...]})")
+            if not label_sets or any(not labels for labels in label_sets):
+                raise ValueError(
+                    f"role {role!r} needs at least one label set, each naming a label: [{{Hostname: node-0}}]"
+                )
+            for labels in label_sets:
+                for label in labels:
+                    if not LABEL_NAME.fullmatch(label) or label.startswith("__"):
+                        raise ValueError(
+                            f"role {role!r}: {label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not __*)"
+                        )
+        return roles
 
     @property
     def scrape_targets(self) -> list[str]:

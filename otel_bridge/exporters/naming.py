@@ -115,6 +115,12 @@ PHASE_PREFIX: Final = "phase"
 """First segment of every per-phase key: the phases get their own section in wandb, TensorBoard and MLflow."""
 
 
+STEP_SECONDS_KEY: Final = f"{PHASE_PREFIX}/step_seconds"
+"""The step's duration, beside its phases' ``phase/<phase>/seconds`` (two segments: no phase's key can be it)."""
+OUTSIDE_PHASES_KEY: Final = f"{PHASE_PREFIX}/outside_seconds"
+"""The seconds of the step outside every phase."""
+
+
 def phase_key(phase: str, key: str) -> str:
     """The tracker key of ``key`` (an infrastructure key, or ``seconds``) measured over phase ``phase``.
 

@@ -42,23 +42,35 @@ from opentelemetry.sdk.metrics.export import (
 
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import BackendWorker, DeliveryStatus, finish_all
-from otel_bridge.exporters.naming import KeyRegistry, infra_key, instrument_key, phase_key, sanitize_key, trainer_key
+from otel_bridge.exporters.naming import (
+    OUTSIDE_PHASES_KEY,
+    STEP_SECONDS_KEY,
+    KeyRegistry,
+    infra_key,
+    instrument_key,
+    phase_key,
+    sanitize_key,
+    trainer_key,
+)
 from otel_bridge.exporters.record import StepFlags, StepRecord
 from otel_bridge.health import BACKEND_ERRORS, NONFINITE_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import (
     HEALTH_SCOPE,
     INFRA_SCOPE,
+    OUTSIDE_PHASES_METRIC,
     PHASE_ATTRIBUTE,
     PHASE_SCOPE,
     PHASE_SECONDS_METRIC,
     STAT_ATTRIBUTE,
     STEP_METRIC,
+    STEP_SECONDS_METRIC,
     TRAINER_SCOPE,
     WINDOW_SCOPE,
 )
 
 _log = logging.getLogger(__name__)
+_STEP_PHASE_KEYS = {STEP_SECONDS_METRIC: STEP_SECONDS_KEY, OUTSIDE_PHASES_METRIC: OUTSIDE_PHASES_KEY}
 
 _NO_FLAGS = StepFlags()
 FIRST_STEP_NOTE = "no previous boundary: counter, histogram and ratio statistics need one and are omitted for this step"
@@ -192,6 +204,9 @@ class TrackerExporter(MetricExporter):
             stat = attributes.pop(STAT_ATTRIBUTE, None)
             assert isinstance(point, NumberDataPoint)
             yield source, infra_key(metric_name, stat, attributes, prefix=self._prefix), float(point.value)
+        elif scope_name == PHASE_SCOPE and metric_name in _STEP_PHASE_KEYS:
+            assert isinstance(point, NumberDataPoint)
+            yield source, _STEP_PHASE_KEYS[metric_name], float(point.value)
         elif scope_name == PHASE_SCOPE:
             assert isinstance(point, NumberDataPoint)
             phase = attributes.pop(PHASE_ATTRIBUTE, "")

@@ -180,7 +180,7 @@ class StepMetricReader(MetricReader):
                 ScopeMetrics(scope=InstrumentationScope(schema.TRAINER_SCOPE), metrics=metrics, schema_url="")
             )
         infra, phase_metrics, health = produced or ([], [], self._health_metrics(window))
-        phase_metrics = [*phase_durations(window.step, phases), *phase_metrics]
+        phase_metrics = [*phase_durations(window, phases), *phase_metrics]
         if infra:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.INFRA_SCOPE), metrics=infra, schema_url=""))
         if phase_metrics:
@@ -322,12 +322,19 @@ def _start_of(window: StepWindow) -> float:
     return -math.inf if window.start is None else window.start
 
 
-def phase_durations(step: int, phases: Sequence[Phase]) -> list[Metric]:
-    """One :data:`~otel_bridge.schema.PHASE_SECONDS_METRIC` per phase, stamped with the phase's window."""
-    return [
-        gauge_metric(schema.PHASE_SECONDS_METRIC, [({schema.PHASE_ATTRIBUTE: p.key}, p.seconds)], p.window(step))
+def phase_durations(window: StepWindow, phases: Sequence[Phase]) -> list[Metric]:
+    """One :data:`~otel_bridge.schema.PHASE_SECONDS_METRIC` per phase, stamped with the phase's window; with phases
+    and a window start, the step's seconds and those outside every phase (phases do not overlap) beside them."""
+    durations = [
+        gauge_metric(schema.PHASE_SECONDS_METRIC, [({schema.PHASE_ATTRIBUTE: p.key}, p.seconds)], p.window(window.step))
         for p in phases
     ]
+    if phases and window.start is not None and window.seconds is not None:
+        start, end = window.start, window.end
+        covered = math.fsum(max(0.0, min(p.end, end) - max(p.start, start)) for p in phases)
+        durations.append(gauge_metric(schema.STEP_SECONDS_METRIC, [({}, window.seconds)], window))
+        durations.append(gauge_metric(schema.OUTSIDE_PHASES_METRIC, [({}, max(0.0, window.seconds - covered))], window))
+    return durations
 
 
 def with_phase(metric: Metric, phase: str) -> Metric:

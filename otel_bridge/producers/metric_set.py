@@ -16,6 +16,9 @@ from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_vali
 _log = logging.getLogger(__name__)
 
 Aggregation = Literal["sum", "mean", "max", "min"]
+ROLE_LABEL = "role"
+"""The label a series' role (``roles`` in the configuration) is given, for ``by: [role]``."""
+RoleMap = Mapping[str, Sequence[Mapping[str, str]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,10 @@ class MetricQuery:
 
     ``kind`` is ``None`` until known: metrics configured without ``type`` get it from the source's metadata at start-up
     (:meth:`with_kind`). ``promql`` queries are raw expressions; ``ratio`` queries divide two counters' deltas.
+    ``scale`` multiplies every statistic (a unit conversion); ``full_scale`` is a gauge's value when the device it
+    measures is fully busy (the ``idle_seconds`` statistic needs it). ``roles`` (set when ``by`` holds
+    :data:`ROLE_LABEL` and roles are configured) are ``(role, label set)`` pairs: a series gets the ``role`` label of
+    every role one of whose label sets it carries (:meth:`roles_of`).
     """
 
     key_name: str
@@ -35,6 +42,9 @@ class MetricQuery:
     matchers: tuple[tuple[str, str], ...] = ()
     promql: str | None = None
     ratio: tuple[str, str] | None = None
+    scale: float = 1.0
+    full_scale: float | None = None
+    roles: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     source_index: int = field(default=0, compare=False)
     utf8: bool = False
     """An ``otlp:`` entry whose translation strategy keeps dots: :attr:`name` may be a UTF-8 name, quoted in
@@ -75,9 +85,26 @@ class MetricQuery:
         """Whether a series' labels satisfy this query's equality matchers."""
         return all(labels.get(k) == v for k, v in self.matchers)
 
+    def roles_of(self, labels: Mapping[str, str]) -> list[str]:
+        """The roles a series with ``labels`` serves, in configuration order (each once)."""
+        found: list[str] = []
+        for role, label_set in self.roles:
+            if role not in found and all(labels.get(k) == v for k, v in label_set):
+                found.append(role)
+        return found
 
-def resolve_metrics(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
-    """Expand presets and deprecated names into :class:`MetricQuery` objects, rejecting duplicate keys."""
+
+def resolve_metrics(configs: Sequence[MetricConfig], roles: RoleMap | None = None) -> list[MetricQuery]:
+    """Expand presets and deprecated names into :class:`MetricQuery` objects, rejecting duplicate keys; queries
+    grouped ``by`` :data:`ROLE_LABEL` get the configured ``roles``."""
+    queries = _resolve(configs)
+    if roles:
+        pairs = tuple((role, tuple(sorted(labels.items()))) for role, sets in roles.items() for labels in sets)
+        queries = [replace(q, roles=pairs) if ROLE_LABEL in q.by else q for q in queries]
+    return queries
+
+
+def _resolve(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
     queries: list[MetricQuery] = []
     for index, config in enumerate(configs):
         if config.preset is not None:
@@ -108,6 +135,8 @@ def _query(config: MetricConfig, index: int) -> MetricQuery:
         "by": tuple(config.by),
         "agg": config.agg,
         "matchers": tuple(sorted(config.labels.items())),
+        "scale": config.scale if config.scale is not None else 1.0,
+        "full_scale": config.full_scale,
         "source_index": index,
     }
     if config.promql is not None:

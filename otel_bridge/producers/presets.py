@@ -20,6 +20,18 @@ def _mean_and_busiest_gpu(name: str) -> list[dict[str, Any]]:
     ]
 
 
+def _idle_gpu_seconds(name: str, full_scale: float) -> dict[str, Any]:
+    """A per-GPU utilization gauge as the GPU-seconds its GPUs were idle during the window, summed over the GPUs."""
+    return {
+        "name": name,
+        "type": "gauge",
+        "stats": ["idle_seconds"],
+        "agg": "sum",
+        "full_scale": full_scale,
+        "alias": f"{name}:gpus",
+    }
+
+
 VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
     {"name": "vllm:prompt_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
@@ -74,6 +86,9 @@ RAY: Final[list[dict[str, Any]]] = [
     {"name": "ray_node_mem_used", "type": "gauge", "stats": ["max"], "agg": "sum"},
     {"name": "ray_node_mem_total", "type": "gauge", "stats": ["last"], "agg": "sum"},
     *_mean_and_busiest_gpu("ray_node_gpus_utilization"),
+    # One series per GPU (GpuIndex) since Ray 2.x's GPU_TAG_KEYS, each 0..100; Ray releases that labelled it by ip
+    # alone summed a node's GPUs (0..GPUs x 100), which this idle figure would misread.
+    _idle_gpu_seconds("ray_node_gpus_utilization", 100.0),
     {"name": "ray_node_gram_used", "type": "gauge", "stats": ["max"], "agg": "max"},
     {"name": "ray_object_store_used_memory", "type": "gauge", "stats": ["max"], "agg": "sum"},
     {"name": "ray_node_network_receive_speed", "type": "gauge", "stats": ["mean"], "agg": "sum"},
@@ -86,16 +101,44 @@ RAY: Final[list[dict[str, Any]]] = [
 # allocated to pods.
 # The DCGM_FI_PROF_* fields need a GPU with profiling metrics (data-centre parts); DCGM_FI_PROF_SM_ACTIVE is not
 # among the default counters (add it to the exporter's CSV and configure it by name).
+# etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL "GPU utilization (in %)", DCGM_FI_DEV_FB_USED "(in MiB)",
+# DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION a counter, "Total energy consumption since boot (in mJ)": reported in joules
+# (scale 0.001). DCGM_FI_DEV_GPU_UTIL:gpus/idle_seconds is the GPU-seconds the GPUs were idle (docs/gpu-time.md).
 DCGM: Final[list[dict[str, Any]]] = [
     *_mean_and_busiest_gpu("DCGM_FI_DEV_GPU_UTIL"),
+    _idle_gpu_seconds("DCGM_FI_DEV_GPU_UTIL", 100.0),
     {"name": "DCGM_FI_DEV_FB_USED", "type": "gauge", "stats": ["max"], "agg": "max"},
     {"name": "DCGM_FI_DEV_FB_FREE", "type": "gauge", "stats": ["min"], "agg": "min"},
     {"name": "DCGM_FI_DEV_POWER_USAGE", "type": "gauge", "stats": ["mean"], "agg": "sum"},
-    {"name": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "type": "counter", "stats": ["delta"]},
+    {
+        "name": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "type": "counter",
+        "stats": ["delta"],
+        "scale": 0.001,
+        "alias": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:joules",
+    },
     {"name": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "stats": ["max"], "agg": "max"},
     {"name": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
     {"name": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
     {"name": "DCGM_FI_PROF_DRAM_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
+]
+
+# AMD's device-metrics-exporter (ROCm/device-metrics-exporter, docs/configuration/metricslist.md): one series per GPU,
+# GPU_GFX_ACTIVITY "Graphics engine usage percentage (0 - 100)", GPU_POWER_USAGE in Watts, GPU_ENERGY_CONSUMED
+# "Accumulated energy consumed by the GPU in Micro Jules (uJ)" (read as a counter, reported in joules: scale 1e-6),
+# GPU_USED_VRAM "Total VRAM memory used in MB"; exposed in Prometheus under the lower-case names.
+AMD: Final[list[dict[str, Any]]] = [
+    *_mean_and_busiest_gpu("gpu_gfx_activity"),
+    _idle_gpu_seconds("gpu_gfx_activity", 100.0),
+    {"name": "gpu_used_vram", "type": "gauge", "stats": ["max"], "agg": "max"},
+    {"name": "gpu_power_usage", "type": "gauge", "stats": ["mean"], "agg": "sum"},
+    {
+        "name": "gpu_energy_consumed",
+        "type": "counter",
+        "stats": ["delta"],
+        "scale": 1e-6,
+        "alias": "gpu_energy_consumed:joules",
+    },
 ]
 
 # Prometheus node_exporter (checked against a capture of node_exporter 1.5.0; the names are unchanged in 1.x).
@@ -117,6 +160,7 @@ PRESETS: Final[dict[str, list[dict[str, Any]]]] = {
     "sglang": SGLANG,
     "ray": RAY,
     "dcgm": DCGM,
+    "amd": AMD,
     "node": NODE,
 }
 

@@ -6,14 +6,16 @@ own boundary and in-step readings, so the two paths compute identical numbers fr
 a metric kind takes are named in :mod:`otel_bridge.window`.
 
 - **One series over a window**: a counter's increase (exact, reset-aware: :func:`counter_increase`), a gauge's
-  last/min/max/mean of the samples inside it (:func:`gauge_statistic`), a histogram's statistics from its per-bucket
+  last/min/max/mean of the samples inside it (:func:`gauge_statistic`) and the idle time it implies
+  (:func:`idle_seconds`: GPU-seconds not busy), a histogram's statistics from its per-bucket
   increases (:func:`histogram_statistic`: Prometheus' ``histogram_quantile`` estimate bounded by what the buckets and
   ``_sum`` prove, :func:`quantile_bounds`).
 - **Across series** (replicas): counters and histograms are combined *before* the window statistic: the per-series
   increases are summed per group (``by`` labels), then turned into delta/rate or quantiles. Gauges get their
   statistic per series, then are combined across series with the configured aggregation (``sum``/``mean``/``max``/
   ``min``) (:func:`compute_stats`).
-- **Into a record**: a query's points become one OpenTelemetry ``Metric`` (:func:`to_metric`); a configured metric
+- **Into a record**: a query's points become one OpenTelemetry ``Metric`` (:func:`to_metric`, which applies the
+  metric's ``scale``, e.g. millijoules to joules); a configured metric
   that matched nothing is reported by name (:func:`missing_warning`).
 """
 
@@ -23,15 +25,15 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from opentelemetry.sdk.metrics.export import Metric
 
-from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
-from otel_bridge.window import GAUGE_STATS, StepWindow, allowed_stats, quantile_of
+from otel_bridge.window import GAUGE_STATS, IDLE_STAT, StepWindow, allowed_stats, quantile_of
 
 Sample = tuple[float, float]
 """One sample: ``(unix seconds, value)``."""
@@ -97,12 +99,36 @@ def counter_increase(
     return total
 
 
-def gauge_statistic(stat: str, samples: Sequence[Sample], window: StepWindow) -> float | None:
-    """``last``/``min``/``max``/``mean`` of the gauge samples inside the window; ``None`` when there are none.
+def idle_seconds(samples: Sequence[Sample], window: StepWindow, full_scale: float) -> float | None:
+    """The seconds of the window a device was idle: ``seconds x (1 - mean / full_scale)``.
+
+    ``mean`` is the mean of the samples inside the window (:func:`gauge_statistic`), ``full_scale`` the gauge's value
+    when the device is fully busy (100 for ``DCGM_FI_DEV_GPU_UTIL``, 1 for a ``DCGM_FI_PROF_*`` ratio). Summed over
+    GPUs this is the window's idle GPU-seconds. Samples are taken as evenly spaced (a scrape interval), so their mean
+    stands for the time average; the PromQL path computes the same from ``avg_over_time``. ``None`` without samples
+    or without a window start; NaN when a sample is NaN.
+    """
+    if window.seconds is None:
+        return None
+    mean = gauge_statistic("mean", samples, window)
+    if mean is None:
+        return None
+    return window.seconds * (1.0 - mean / full_scale)
+
+
+def gauge_statistic(
+    stat: str, samples: Sequence[Sample], window: StepWindow, full_scale: float | None = None
+) -> float | None:
+    """``last``/``min``/``max``/``mean``/``idle_seconds`` of the gauge samples inside the window; ``None`` without any.
 
     NaN is handled as Prometheus' ``*_over_time`` functions do, so both paths agree: ``last`` is the last sample even
     if NaN; ``min``/``max`` ignore NaN samples unless all are NaN; ``mean`` is NaN when any sample is.
+    ``idle_seconds`` needs ``full_scale`` (:func:`idle_seconds`).
     """
+    if stat == IDLE_STAT:
+        if full_scale is None:
+            raise ValueError(f"gauge statistic {IDLE_STAT} needs full_scale (the value of a fully busy device)")
+        return idle_seconds(samples, window, full_scale)
     values = [v for _, v in in_window(samples, window)]
     if not values:
         return None
@@ -329,12 +355,21 @@ def group_of(labels: Mapping[str, str], by: Sequence[str]) -> Group:
     return tuple((name, labels[name]) for name in by if labels.get(name))
 
 
+def with_roles(query: MetricQuery, series: Sequence[RawSeries]) -> list[RawSeries]:
+    """``series`` labelled with their roles when ``query`` groups by role: one copy per role a series serves (the
+    :data:`~otel_bridge.producers.metric_set.ROLE_LABEL` label set), none for a series in no role."""
+    if not query.roles:
+        return list(series)
+    return [replace(s, labels={**s.labels, ROLE_LABEL: role}) for s in series for role in query.roles_of(s.labels)]
+
+
 def compute_stats(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint] | None:
     """Window statistics of ``query`` from raw ``series``; ``None`` when no series matches (a missing metric).
 
     Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points.
     """
     if query.kind == "gauge" and query.ratio is None:
+        series = with_roles(query, series)
         assert query.name is not None
         selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
         return _gauge(query, selected, window) if selected else None
@@ -351,7 +386,7 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
     no series matches (for a ratio: when either side has none). Without a window start the mapping is empty.
     """
     names = query.series_names()
-    selected = [s for s in series if s.name in names and query.matches(s.labels)]
+    selected = [s for s in with_roles(query, series) if s.name in names and query.matches(s.labels)]
     if query.ratio is not None:
         present = {s.name for s in selected}
         if not all(name in present for name in query.ratio):
@@ -410,7 +445,7 @@ def _gauge(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) 
     for stat in stats:
         per_group: dict[Group, list[float]] = defaultdict(list)
         for s in series:
-            value = gauge_statistic(stat, s.samples, window)
+            value = gauge_statistic(stat, s.samples, window, query.full_scale)
             if value is not None and not math.isnan(value):
                 per_group[group_of(s.labels, query.by)].append(value)
         for group, values in sorted(per_group.items()):
@@ -456,10 +491,10 @@ def _ratio(query: MetricQuery, increases: Increases) -> list[StatPoint]:
 
 
 def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> Metric:
-    """One Metric named after the query's key, a data point per (statistic, label group)."""
+    """One Metric named after the query's key, a data point per (statistic, label group), times the query's scale."""
     return gauge_metric(
         query.key_name,
-        [({**dict(p.group), **({STAT_ATTRIBUTE: p.stat} if p.stat else {})}, p.value) for p in points],
+        [({**dict(p.group), **({STAT_ATTRIBUTE: p.stat} if p.stat else {})}, p.value * query.scale) for p in points],
         window,
     )
 

@@ -1,14 +1,17 @@
-"""The demo run: simulated vLLM rollout servers, a small training loop, records in TensorBoard and JSONL.
+"""The demo run: simulated vLLM rollout servers and GPUs, a small training loop, records in TensorBoard and JSONL.
 
 No server needs to be installed: two local endpoints serve vLLM 0.32's exact metric names, types and labels, driven by
-a seeded workload, and the bridge reads them straight from ``/metrics`` (the embedded default). With a Prometheus URL it
-uses the PromQL path instead (that Prometheus must scrape the simulated servers' ports). With ``start_prometheus`` it
-starts a real Prometheus itself (:mod:`otel_bridge.tools.local_prometheus`), configured by the same code as
-``otel-bridge prometheus-config`` to scrape the simulated servers, runs the PromQL path through it, and stops it.
+a seeded workload, and two simulated dcgm-exporters serve the GPUs of a rollout node and a trainer node (busy during
+``gen`` and ``update`` respectively); the bridge reads them straight from ``/metrics`` (the embedded default). With a
+Prometheus URL it uses the PromQL path instead (that Prometheus must scrape the simulated servers' ports). With
+``start_prometheus`` it starts a real Prometheus itself (:mod:`otel_bridge.tools.local_prometheus`), configured by the
+same code as ``otel-bridge prometheus-config`` to scrape the simulated servers, runs the PromQL path through it, and
+stops it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -25,8 +28,10 @@ from typing import Any
 from otel_bridge.bridge import Bridge
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.record import StepRecord
+from otel_bridge.producers.presets import PRESETS
 from otel_bridge.tools.local_prometheus import LocalPrometheus, find_prometheus_binary
 from otel_bridge.tools.prometheus_files import prometheus_config, write_prometheus_config
+from otel_bridge.tools.simulation.gpus import GPUFleet
 from otel_bridge.tools.simulation.http import MetricsHTTPServer
 from otel_bridge.tools.simulation.vllm import SimulatedWorkload, VLLMSimulator
 
@@ -62,25 +67,63 @@ def simulated_rollout_servers(
         yield servers
 
 
+GPU_LAYOUT: dict[str, list[str]] = {"rollout-node": ["rollout"] * 2, "trainer-node": ["trainer"] * 2}
+"""The demo's GPUs: a separated placement, so the host (dcgm-exporter's ``Hostname``) tells the role."""
+IDLE_UTILIZATION = 3.0
+"""A GPU's utilization (%) while its role waits."""
+
+
+@contextmanager
+def simulated_gpus(*, first_port: int = 0) -> Iterator[tuple[GPUFleet, list[MetricsHTTPServer]]]:
+    """The demo's GPUs, one simulated dcgm-exporter per host; stopped on exit."""
+    fleet = GPUFleet(GPU_LAYOUT)
+    for role in ("rollout", "trainer"):
+        fleet.set_utilization(role, IDLE_UTILIZATION)
+    with ExitStack() as stack:
+        servers = []
+        for index, host in enumerate(fleet.hosts):
+            server = MetricsHTTPServer(
+                functools.partial(fleet.dcgm_exposition, host), port=first_port + index if first_port else 0
+            )
+            server.start()
+            stack.callback(server.stop)
+            servers.append(server)
+        yield fleet, servers
+
+
+DEMO_GPU_METRICS: list[dict[str, Any]] = [
+    {**entry, "by": ["Hostname"]}
+    for entry in PRESETS["dcgm"]
+    if entry.get("alias") in ("DCGM_FI_DEV_GPU_UTIL:gpus", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:joules")
+    or (entry["name"] == "DCGM_FI_DEV_GPU_UTIL" and "alias" not in entry)
+]
+"""The ``dcgm`` preset's utilization, idle GPU-seconds and joules, per host (the whole preset is ``preset: dcgm``)."""
+
+
 def demo_config(
     targets: list[str], out: Path, run_name: str, prometheus_url: str | None, scrape_interval_s: float
 ) -> dict[str, Any]:
     """The bridge configuration the demo runs with."""
     config: dict[str, Any] = {
-        "metrics": [{"preset": "vllm"}],
+        "metrics": [{"preset": "vllm"}, *DEMO_GPU_METRICS],
         "trackers": [{"type": "jsonl"}, {"type": "tensorboard"}],
         "run": {"name": run_name, "dir": str(out)},
     }
     if prometheus_url is not None:
         config["prometheus"] = {"url": prometheus_url, "scrape_interval_s": scrape_interval_s}
     else:
-        config["scrape"] = {"targets": targets, "sample_interval_s": 0.5}
+        config["scrape"] = {"targets": targets, "sample_interval_s": 0.1}  # several GPU samples in every phase
     return config
 
 
 GEN_SHARE = 0.6
 """The part of each demo step spent in the ``gen`` phase (rollout servers busy); the rest is ``update``."""
 UPDATE_SHARE = 1.0 - GEN_SHARE
+
+
+def rollout_utilization(requests_per_s: float) -> float:
+    """The rollout GPUs' utilization (%) under the vLLM workload's request rate: the more requests, the busier."""
+    return min(100.0, 30.0 + 1.5 * requests_per_s)
 
 
 def default_scrape_interval(step_seconds: float) -> float:
@@ -122,6 +165,11 @@ def run_demo(
         targets = [f"127.0.0.1:{server.port}" for _, _, server in servers]
         say(f"simulated vLLM servers: {', '.join(f'http://{t}/metrics' for t in targets)}")
         stack.callback(say, "stopped the simulated vLLM servers")
+        fleet, exporters = stack.enter_context(simulated_gpus(first_port=sim_port + len(servers) if sim_port else 0))
+        gpu_targets = [f"127.0.0.1:{server.port}" for server in exporters]
+        say(f"simulated dcgm-exporters: {', '.join(f'http://{t}/metrics' for t in gpu_targets)}")
+        stack.callback(say, "stopped the simulated dcgm-exporters")
+        targets += gpu_targets
         if binary is not None:
             prometheus = stack.enter_context(_local_prometheus(binary, targets, interval_s, prometheus_port))
             say(
@@ -131,7 +179,7 @@ def run_demo(
             stack.callback(say, f"stopped prometheus (pid {prometheus.pid})")
             prometheus.wait_for_targets(len(targets))
             prometheus_url = prometheus.url
-        return _train(servers, steps, out, name, prometheus_url, step_seconds, interval_s, on_step)
+        return _train(servers, fleet, targets, steps, out, name, prometheus_url, step_seconds, interval_s, on_step)
 
 
 @contextmanager
@@ -168,6 +216,8 @@ def _local_prometheus(
 
 def _train(
     servers: list[tuple[VLLMSimulator, SimulatedWorkload, MetricsHTTPServer]],
+    fleet: GPUFleet,
+    targets: list[str],
     steps: int,
     out: Path,
     name: str,
@@ -177,8 +227,8 @@ def _train(
     on_step: Callable[[int], None] | None,
 ) -> DemoResult:
     rng = random.Random(0)
-    targets = [server.url for _, _, server in servers]
-    bridge = Bridge.from_config(demo_config(targets, out, name, prometheus_url, scrape_interval_s))
+    urls = [f"http://{target}/metrics" for target in targets]
+    bridge = Bridge.from_config(demo_config(urls, out, name, prometheus_url, scrape_interval_s))
     with bridge:
         meter = bridge.meter("demo.trainer")
         samples = meter.create_counter("trainer.samples", unit="1", description="Samples trained on")
@@ -186,13 +236,17 @@ def _train(
         for step in range(steps):
             rate = 10.0 + 30.0 * (0.5 + 0.5 * math.sin(step / 3.0))
             with bridge.step(step):
-                with bridge.phase("gen"):  # rollouts: the vLLM servers are busy
+                with bridge.phase("gen"):  # rollouts: the vLLM servers and their GPUs are busy, the trainer's wait
                     for _, workload, _ in servers:
                         workload.requests_per_s = rate
+                    fleet.set_utilization("rollout", rollout_utilization(rate))
+                    fleet.set_utilization("trainer", IDLE_UTILIZATION)
                     time.sleep(step_seconds * GEN_SHARE)
-                with bridge.phase("update"):  # the policy update: rollout servers nearly idle
+                with bridge.phase("update"):  # the policy update: rollout servers nearly idle, trainer GPUs busy
                     for _, workload, _ in servers:
                         workload.requests_per_s = 2.0
+                    fleet.set_utilization("rollout", IDLE_UTILIZATION)
+                    fleet.set_utilization("trainer", 90.0)
                     time.sleep(step_seconds * UPDATE_SHARE)
                 samples.add(256)
                 update_time.record(step_seconds * (0.4 + 0.2 * rng.random()))

@@ -176,7 +176,7 @@ def test_unknown_preset_through_resolve_metrics() -> None:
     message = str(info.value)
     assert "metrics[1]" in message
     assert "'vllmm'" in message
-    assert "available: dcgm, node, ray, sglang, vllm" in message
+    assert "available: amd, dcgm, node, ray, sglang, vllm" in message
 
 
 def test_duplicate_metric_keys() -> None:

@@ -75,6 +75,8 @@ def expected_record(
             for group, values in groups.items():
                 for stat in entry["stats"]:
                     key = infra_key(name, stat, dict(group), prefix="", alias=key_name)
+                    if stat == "idle_seconds":  # each GPU's idle share of the window, from its one in-window sample
+                        values = [seconds * (1 - v / entry["full_scale"]) for v in values]
                     expected[key] = AGG[entry["agg"]](values)
         elif entry["type"] == "counter":
             for before, after in zip(befores, afters, strict=True):
@@ -82,7 +84,7 @@ def expected_record(
                 for labels, value in after[name]:
                     groups[group_key(labels, by)].append(value - start[tuple(sorted(labels.items()))])
             for group, increases in groups.items():
-                delta = math.fsum(increases)
+                delta = math.fsum(increases) * entry.get("scale", 1.0)
                 values = {"delta": delta, "rate": delta / seconds}
                 for stat in entry["stats"]:
                     expected[infra_key(name, stat, dict(group), prefix="", alias=key_name)] = values[stat]
@@ -184,7 +186,10 @@ def test_dcgm_preset_per_node_and_for_the_whole_run(
         assert values["DCGM_FI_DEV_GPU_UTIL/busiest_gpu/max/Hostname.gpu-node-0"] == 97
     else:
         assert values["DCGM_FI_DEV_FB_USED/max"] == 61234 + 3 * 1500
-        assert values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/delta"] == 2 * sum(6432100 + 90000 * i for i in range(4))
+        joules = 2 * sum(6432100 + 90000 * i for i in range(4)) / 1000  # the exporter counts millijoules
+        assert values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta"] == pytest.approx(joules, rel=1e-12)
+        busy = 2 * (97 + 91 + 85 + 79) / 100  # GPU-seconds busy per second of the window, over the 8 GPUs
+        assert values["DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds"] == pytest.approx(seconds * (8 - busy), rel=1e-9)
 
 
 def test_ray_preset_names_are_ray_gauges() -> None:

@@ -3,7 +3,9 @@
 The bridge asks Prometheus one instant query per step: the union (``or``) of tagged parts, each answering one thing,
 so the answer's size grows with the configured metrics and label groups, not with replicas, buckets or samples:
 
-- a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it;
+- a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it; a gauge's idle
+  seconds: ``sum by (...) (<window seconds> * (1 - avg_over_time(x[<window>]) / <full scale>))``, as
+  :func:`~otel_bridge.producers.statistics.idle_seconds` computes it;
 - a raw PromQL expression, as written;
 - a counter's (or histogram bucket's, ``_sum``'s, ``_count``'s) value at each boundary, summed per label group in
   Prometheus: ``sum by (...) (last_over_time(x[...] @ end))`` and ``... @ start``, i.e. the last sample at or before
@@ -37,18 +39,19 @@ Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: 
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from otel_bridge.errors import QueryTooLongError
-from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
 from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import QueryResult
-from otel_bridge.window import StepWindow
+from otel_bridge.window import IDLE_STAT, StepWindow
 
 TAG_LABEL = "otel_bridge_q"
 WINDOW_PLACEHOLDER = "$window"
@@ -240,12 +243,14 @@ class WindowPlan:
         window = self.window
         length = promql.duration(max(window.seconds if window.seconds is not None else self.pad_s, 0.001))
         stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
-        sel = promql.selector(query.name, dict(query.matchers), utf8=query.utf8)
+        name = query.name
         aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
         for stat in stats:
-            self._add(
-                f"{index}/{stat}", Part("stat", index, stat=stat), f"{aggregate} ({_OVER_TIME[stat]}({sel}[{length}]))"
+            per_series = functools.partial(
+                _over_window, stat, length=length, seconds=window.seconds, full_scale=query.full_scale
             )
+            expr = f"{aggregate} ({roled(query, name, per_series)})"
+            self._add(f"{index}/{stat}", Part("stat", index, stat=stat), expr)
 
     def _end_value(self, sel: str) -> str:
         window = self.window
@@ -275,17 +280,13 @@ class WindowPlan:
         self._add(f"{index}/reread", Part("reread", index), f"group by ({targets}) ({reread})")
         histogram = query.kind == "histogram" and query.ratio is None
         for position, name in enumerate(query.series_names()):
-            sel = promql.selector(name, matchers, utf8=query.utf8)
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
             # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
             # out client-side (boundary_values), so Prometheus touches every series once per boundary and evaluates
             # the re-read selection once per query (measured in bench/suite_promql_scale.py).
-            self._add(
-                f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({self._end_value(sel)})"
-            )
-            self._add(
-                f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({self._base_value(sel)})"
-            )
+            end, base = roled(query, name, self._end_value), roled(query, name, self._base_value)
+            self._add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
+            self._add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
         self._lag(index, query)
 
     def _lag(self, index: int, query: MetricQuery) -> None:
@@ -315,17 +316,16 @@ class WindowPlan:
         nothing to re-read; the lag parts as for the boundary sums."""
         window = self.window
         assert window.start is not None
-        matchers = dict(query.matchers)
         # Both ends in whole milliseconds, as _at() writes them, so the range starts exactly at the start's _at().
         length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
         histogram = query.kind == "histogram" and query.ratio is None
         # A window shorter than two scrape intervals may hold no sample of a live series (increase() then answers
         # nothing for it): those add 0, so the key stays.
         present = promql.duration(self.pad_s) if window.end - window.start < self.pad_s else None
+        end = _at(window.end)
         for position, name in enumerate(query.series_names()):
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-            selector = promql.selector(name, matchers, utf8=query.utf8)
-            increase = exact_increase(selector, length, _at(window.end), present=present)
+            increase = roled(query, name, lambda sel: exact_increase(sel, length, end, present=present))
             self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
         self._lag(index, query)
 
@@ -488,6 +488,31 @@ class WindowPlan:
             f"__name__=~{promql.regex_alternation(names, utf8=True)}, instance=~{promql.value_alternation(instances)}"
         )
         return f"{{{matchers}}}[{span}]"
+
+
+def _over_window(stat: str, sel: str, *, length: str, seconds: float | None, full_scale: float | None) -> str:
+    """A gauge statistic of each series of ``sel`` over the window ``[length]`` (``seconds`` long)."""
+    if stat == IDLE_STAT:
+        assert seconds is not None
+        assert full_scale is not None
+        return f"{seconds!r} * (1 - avg_over_time({sel}[{length}]) / {full_scale!r})"
+    return f"{_OVER_TIME[stat]}({sel}[{length}])"
+
+
+def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:
+    """``per_series`` over the selector of ``name`` (with the query's matchers); when ``query`` groups by role, the
+    union over its roles' label sets, each series given the role it serves (``label_replace``), as
+    :func:`~otel_bridge.producers.statistics.with_roles` labels raw series."""
+    matchers = dict(query.matchers)
+    if not query.roles:
+        return per_series(promql.selector(name, matchers, utf8=query.utf8))
+    role_value = promql.quote_label_value
+    terms = [
+        f"label_replace({per_series(promql.selector(name, {**matchers, **dict(label_set)}, utf8=query.utf8))}, "
+        f'"{ROLE_LABEL}", {role_value(role)}, "", "")'
+        for role, label_set in query.roles
+    ]
+    return promql.union(terms)
 
 
 def _last_within(series: RawSeries, t: float, lookback_s: float) -> float | None:

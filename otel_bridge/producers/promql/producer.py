@@ -71,6 +71,7 @@ from otel_bridge.producers.statistics import (
     stats_from_increases,
     to_metric,
     window_increases,
+    with_roles,
 )
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import QueryResult
@@ -508,7 +509,7 @@ class PromQLProducer:
                 names = query.series_names()
                 mine = [s for s in raw if _series_target(s) in chosen and s.name in names and query.matches(s.labels)]
                 summed: Increases = {}
-                for series in mine:
+                for series in with_roles(query, mine):  # the sums were taken per role, as with_roles labels
                     share = plan.summed_share(index, series, answer)
                     if share is not None:
                         summed[share[0]] = summed.get(share[0], 0.0) - share[1]

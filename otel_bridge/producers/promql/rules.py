@@ -172,7 +172,7 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
         return None, "; ".join(problems)
     records: dict[int, tuple[str, ...]] = {}
     for index, query in enumerate(queries):
-        if counting(query):
+        if counting(query) and not query.roles:  # the rules sum by labels; roles are the bridge's own grouping
             rules = [sum_rule(query, p) for p in range(len(query.series_names()))]
             if all([usable(rule) for rule in rules]):
                 records[index] = tuple(rule.record for rule in rules)

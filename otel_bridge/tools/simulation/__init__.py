@@ -1,4 +1,5 @@
-"""Simulated rollout servers for the demo and for tests: vLLM's exact ``/metrics`` driven by a known script.
+"""Simulated rollout servers and GPUs for the demo and for tests: vLLM's, dcgm-exporter's and Ray's exact ``/metrics``
+driven by a known script.
 
 Names are imported lazily so that ``python -m otel_bridge.tools.simulation.vllm`` does not import its own module twice.
 """
@@ -9,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from otel_bridge.tools.simulation.gpus import GPUFleet, GPUTruth
     from otel_bridge.tools.simulation.http import MetricsHTTPServer
     from otel_bridge.tools.simulation.vllm import (
         SimulatedWorkload,
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "GPUFleet",
+    "GPUTruth",
     "MetricsHTTPServer",
     "SimulatedWorkload",
     "VLLMFamilySpec",
@@ -28,6 +32,8 @@ __all__ = [
 ]
 
 _MODULES = {
+    "GPUFleet": "otel_bridge.tools.simulation.gpus",
+    "GPUTruth": "otel_bridge.tools.simulation.gpus",
     "MetricsHTTPServer": "otel_bridge.tools.simulation.http",
     "SimulatedWorkload": "otel_bridge.tools.simulation.vllm",
     "VLLMFamilySpec": "otel_bridge.tools.simulation.vllm",

@@ -23,9 +23,28 @@ Hierarchy::
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*:?//)[^\s'\"`<>(){}\[\],]+@"  # scheme://user:password@, http//user@, ...
+    r"|(?P<user>[^\s'\"`<>(){}\[\],/:@]+):[^\s'\"`<>(){}\[\],]*@"  # user:password@host without a scheme
+)
+
+
+def redact_url_credentials(text: str) -> str:
+    """``text`` with the user information of every URL in it replaced (``http://xxxxx@host``, ``user:xxxxx@host``),
+    however the URL is mistyped: a password may hold ``/`` or ``@``, and a token may stand alone before the ``@``."""
+    return _URL_USERINFO.sub(
+        lambda m: f"{m['scheme']}xxxxx@" if m["scheme"] is not None else f"{m['user']}:xxxxx@", text
+    )
+
 
 class OtelBridgeError(Exception):
-    """Base class of every error raised by otel-bridge."""
+    """Base class of every error raised by otel-bridge. A URL's credentials never appear in its message."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(redact_url_credentials(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(OtelBridgeError, ValueError):

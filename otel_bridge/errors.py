@@ -16,6 +16,7 @@ Hierarchy::
     ├── BackendError                a tracker backend failed
     ├── StepOrderError              steps logged out of order, or to a step already recorded
     ├── InvalidStepError            a step that is not an integer, or too large to be stored exactly
+    ├── InvalidPhaseError           a phase name that is not a non-empty string
     ├── ReservedKeyError            a trainer key in the bridge's own ``otel_bridge/`` namespace
     ├── DeliveryTimeoutError        a step's record was not delivered in time
     └── BridgeClosedError           the bridge was used after ``close()``
@@ -141,6 +142,10 @@ class StepOrderError(OtelBridgeError, ValueError):
 
 class InvalidStepError(OtelBridgeError, TypeError, ValueError):
     """A step that is not an integer (``1.5``, ``"3"``, ``True``) or whose magnitude exceeds 2**53."""
+
+
+class InvalidPhaseError(OtelBridgeError, TypeError, ValueError):
+    """A phase name that is not a non-empty string (``bridge.phase(name)``, ``begin_phase``, ``end_phase``)."""
 
 
 class ReservedKeyError(OtelBridgeError, ValueError):

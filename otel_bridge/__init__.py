@@ -27,6 +27,7 @@ from otel_bridge.errors import (
     SampleLimitError,
     ScrapeError,
     StepOrderError,
+    TrainingThreadError,
 )
 from otel_bridge.exporters import DeliveryReport, StepRecord, TrackerExporter
 from otel_bridge.pipeline.reader import StepMetricReader
@@ -64,6 +65,7 @@ __all__ = [
     "StepRecord",
     "StepWindow",
     "TrackerExporter",
+    "TrainingThreadError",
     "__version__",
     "install",
 ]

@@ -19,6 +19,7 @@ Hierarchy::
     ├── InvalidPhaseError           a phase name that is not a non-empty string
     ├── ReservedKeyError            a trainer key in the bridge's own ``otel_bridge/`` namespace
     ├── DeliveryTimeoutError        a step's record was not delivered in time
+    ├── TrainingThreadError         step/log/phase called from a second thread while the first is alive
     └── BridgeClosedError           the bridge was used after ``close()``
 """
 
@@ -154,3 +155,8 @@ class ReservedKeyError(OtelBridgeError, ValueError):
 
 class DeliveryTimeoutError(OtelBridgeError, TimeoutError):
     """A step's record was not assembled and delivered within the timeout."""
+
+
+class TrainingThreadError(OtelBridgeError, RuntimeError):
+    """``step``/``log``/``phase``/``commit`` called from a second thread while the bridge's training thread (the first
+    to call one of them) is alive: one bridge records one sequence of step windows."""

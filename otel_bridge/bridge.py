@@ -311,8 +311,13 @@ class Bridge:
         self._last_boundary = end
 
     def commit(self) -> None:
-        """Send the record of the last ended step now (no more values can be added to it)."""
+        """Send the record of the last ended step now (no more values can be added to it). Sent as final: when its
+        boundary skipped collecting the instruments (``otel.collect_every``), they are collected now, so a run whose
+        last record went out this way loses no observation."""
         self._check_thread("commit")
+        pending = self._pending
+        if pending is not None and not pending.queued and not self.exporter.forked:
+            pending.instruments = self.reader.final_instruments(pending.instruments)
         self._commit()
 
     def _commit(self) -> None:

@@ -157,7 +157,9 @@ class _Child:
 
             return start
         if kind == "produce":
-            return lambda: metrics_of(producer.produce(window=payload))  # the parent puts them in their scope
+            window, timeout_millis = payload
+            # the parent puts them in their scope
+            return lambda: metrics_of(producer.produce(timeout_millis, window=window))
         if kind == "unanswered":
             return producer.unanswered
         raise ConfigError(f"unknown request {kind!r} to the scrape process")

@@ -168,7 +168,8 @@ class ScrapeProcess:
         """The child's statistics for ``window`` (its :class:`ScrapeError` when the boundary scrape did not finish).
 
         The child sends the metrics alone (an ``InstrumentationScope`` does not pickle); they get their scope here."""
-        return infra_scope(self._call("produce", window, self._produce_timeout_s + _ANSWER_MARGIN_S))
+        payload = (window, timeout_millis)  # the child keeps to the caller's deadline too
+        return infra_scope(self._call("produce", payload, self._produce_timeout_s + _ANSWER_MARGIN_S))
 
     def set_targets(self, targets: Sequence[str]) -> None:
         """Scrape these targets from the child's next round on."""

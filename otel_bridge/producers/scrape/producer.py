@@ -161,14 +161,19 @@ class ScrapeProducer:
             }
             gone = [target for url, target in previous.items() if url not in self._targets]
             instances = [target.instance for target in self._targets.values()]
+            # Under the lock, as every update of a target's keys: a scrape answering or a window reporting its
+            # targets meanwhile cannot bring back the key of a target that has left.
+            current = set(instances)
+            for target in gone:
+                if target.instance not in current:
+                    self._health.forget(SCRAPE_ERRORS, {"instance": target.instance})
+                    self._health.forget(UNREAD, {"instance": target.instance})
+                    self._unread.discard(target.instance)
+            for instance in instances:
+                self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
             self._cond.notify_all()
         for target in gone:
             target.endpoint.close()
-            self._health.forget(SCRAPE_ERRORS, {"instance": target.instance})
-            self._health.forget(UNREAD, {"instance": target.instance})
-            self._unread.discard(target.instance)
-        for instance in instances:
-            self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
         _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")
 
     @property
@@ -285,9 +290,9 @@ class ScrapeProducer:
             if target.again and current and not self._closed:
                 target.again = False
                 self._start_scrape(target)
+            if not reading.ok and current:  # a target that left takes its key with it, even mid-scrape
+                self._health.count(SCRAPE_ERRORS, labels={"instance": target.instance})
             self._cond.notify_all()
-        if not reading.ok and current:  # a target that left takes its key with it, even mid-scrape
-            self._health.count(SCRAPE_ERRORS, labels={"instance": target.instance})
 
     def _fetch(self, target: _Target) -> str | None:
         endpoint = target.endpoint
@@ -404,13 +409,18 @@ class ScrapeProducer:
     def _report_unread(self, unread: dict[str, float], window: StepWindow) -> None:
         """Name the targets unread at the window's end for as long as they are (the WARNING of their failed scrape
         said so), and log once when one is read again."""
-        self._health.set(TARGETS_UNREAD, float(len(unread)))
-        for instance, seconds in sorted(unread.items()):
-            self._health.set(UNREAD, seconds, labels={"instance": instance})
-        for instance in sorted(self._unread - set(unread)):
-            self._health.forget(UNREAD, {"instance": instance})
+        with self._cond:  # a target that left meanwhile (set_targets) is not named again
+            current = {target.instance for target in self._targets.values()}
+            unread = {instance: seconds for instance, seconds in unread.items() if instance in current}
+            self._health.set(TARGETS_UNREAD, float(len(unread)))
+            for instance, seconds in sorted(unread.items()):
+                self._health.set(UNREAD, seconds, labels={"instance": instance})
+            back = sorted((self._unread & current) - set(unread))
+            for instance in sorted(self._unread - set(unread)):
+                self._health.forget(UNREAD, {"instance": instance})
+            self._unread = set(unread)
+        for instance in back:
             _log.info("step %d: %s is read again", window.step, instance)
-        self._unread = set(unread)
 
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) whose latest scrape failed."""

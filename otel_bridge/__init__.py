@@ -15,6 +15,7 @@ from otel_bridge.errors import (
     DeliveryTimeoutError,
     DiscoveryError,
     ExpositionParseError,
+    InvalidPhaseError,
     InvalidStepError,
     OtelBridgeError,
     PrometheusAPIError,
@@ -26,6 +27,7 @@ from otel_bridge.errors import (
     SampleLimitError,
     ScrapeError,
     StepOrderError,
+    TrainingThreadError,
 )
 from otel_bridge.exporters import DeliveryReport, StepRecord, TrackerExporter
 from otel_bridge.pipeline.reader import StepMetricReader
@@ -44,6 +46,7 @@ __all__ = [
     "DeliveryTimeoutError",
     "DiscoveryError",
     "ExpositionParseError",
+    "InvalidPhaseError",
     "InvalidStepError",
     "MetricProducer",
     "OtelBridgeError",
@@ -62,6 +65,7 @@ __all__ = [
     "StepRecord",
     "StepWindow",
     "TrackerExporter",
+    "TrainingThreadError",
     "__version__",
     "install",
 ]

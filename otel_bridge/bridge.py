@@ -47,7 +47,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 
 from otel_bridge.config import BridgeConfig
 from otel_bridge.discovery import RolloutServers, TargetWatcher
-from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
+from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError, TrainingThreadError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport
 from otel_bridge.exporters.record import StepRecord
@@ -78,7 +78,10 @@ _log = logging.getLogger(__name__)
 class Bridge:
     """Infrastructure and trainer metrics into trackers, one record per training step.
 
-    Build it with :meth:`from_config`. Thread-safety: call ``step``/``log`` from one training thread.
+    Build it with :meth:`from_config`. Threads: ``step``/``log``/``phase``/``commit`` belong to one training thread,
+    the first to call one of them; another thread's call raises :class:`~otel_bridge.errors.TrainingThreadError` while
+    that thread is alive (once it has ended, the next thread to call takes over). ``collect`` of a delivered step,
+    ``record`` and ``close`` work from any thread.
     """
 
     def __init__(
@@ -95,6 +98,8 @@ class Bridge:
         self.health = Health()
         self._watchers: list[TargetWatcher] = []
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
+        self._trainer: threading.Thread | None = None  # the training thread (see _check_thread)
+        self._trainer_lock = threading.Lock()
         delivery = config.delivery
         self.rank = process_rank(config)
         self.delivers = self.rank == delivery.rank
@@ -227,9 +232,25 @@ class Bridge:
 
     # -- step boundaries -------------------------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
+    def _check_open(self, call: str) -> None:
         if self._closed:
             raise BridgeClosedError("this Bridge is closed; create a new one with Bridge.from_config(...)")
+        self._check_thread(call)
+
+    def _check_thread(self, call: str) -> None:
+        """Refuse ``call`` from a thread other than the training thread while that one is alive (see the class)."""
+        current = threading.current_thread()
+        if self._trainer is current:
+            return
+        with self._trainer_lock:
+            if self._trainer is None or not self._trainer.is_alive():
+                self._trainer = current
+                return
+            raise TrainingThreadError(
+                f"bridge.{call}() from thread {current.name!r}, but this Bridge's steps come from thread "
+                f"{self._trainer.name!r} (its first step/log/phase call), which is still running: one Bridge records "
+                "one training loop's steps. Call step/log/phase from that thread, or give this loop its own Bridge"
+            )
 
     def _check_new_step(self, step: int) -> None:
         if self._last_step is not None and step <= self._last_step:
@@ -260,12 +281,12 @@ class Bridge:
 
     def begin_step(self, step: int) -> None:
         """Start the window of training step ``step`` now (for callbacks that cannot wrap a ``with`` block)."""
-        self._check_open()
+        self._check_open("begin_step")
         step = check_step(step, "begin_step")
         if self._open_step is not None:
             raise StepOrderError(f"step {step} opened while step {self._open_step} is still open; steps do not nest")
         self._check_new_step(step)
-        self.commit()
+        self._commit()
         start = time.time()
         self._boundary(start)
         self._open_step, self._open_start, self._open_values = step, start, {}
@@ -274,6 +295,7 @@ class Bridge:
     def end_step(self, step: int) -> None:
         """End the window of step ``step`` now. Its record stays open for ``log(..., step=step)`` until the next step
         begins, :meth:`commit`, :meth:`collect` of that step, or :meth:`close`."""
+        self._check_thread("end_step")
         self._end_step(step)
 
     def _end_step(self, step: int, *, interrupted: bool = False) -> None:
@@ -289,7 +311,16 @@ class Bridge:
         self._last_boundary = end
 
     def commit(self) -> None:
-        """Send the record of the last ended step now (no more values can be added to it)."""
+        """Send the record of the last ended step now (no more values can be added to it). Sent as final: when its
+        boundary skipped collecting the instruments (``otel.collect_every``), they are collected now, so a run whose
+        last record went out this way loses no observation."""
+        self._check_thread("commit")
+        pending = self._pending
+        if pending is not None and not pending.queued and not self.exporter.forked:
+            pending.instruments = self.reader.final_instruments(pending.instruments)
+        self._commit()
+
+    def _commit(self) -> None:
         # The job leaves _pending only once it is queued: a signal's exception at any point in between leaves it
         # either still pending (close() queues it) or queued (marked so, never queued twice).
         pending = self._pending
@@ -314,7 +345,7 @@ class Bridge:
         bridge's ``otel_bridge/`` namespace raises :class:`~otel_bridge.errors.ReservedKeyError`. A value that is not
         one number (ints, floats, numpy/torch scalars) is skipped with a warning naming its key.
         """
-        self._check_open()
+        self._check_open("log")
         step = check_step(step, "log")
         check_keys(metrics)
         values = trainer_numbers(metrics, step, self._warn, self.health)
@@ -329,7 +360,7 @@ class Bridge:
             self._pending.values.update(values)
             return
         self._check_new_step(step)
-        self.commit()
+        self._commit()
         end = time.time()
         self._boundary(end)
         window = StepWindow(step, self._last_boundary, end)
@@ -357,7 +388,7 @@ class Bridge:
 
         Raises :class:`~otel_bridge.errors.StepOrderError` while another phase is open.
         """
-        self._check_open()
+        self._check_open("begin_phase")
         t = time.time()
         self._phase_log.begin(name, t)
         self._boundary(t)
@@ -365,6 +396,7 @@ class Bridge:
     def end_phase(self, name: str) -> None:
         """End phase ``name`` now. A phase still open at a step boundary ends there (with a warning); ending it
         afterwards does nothing."""
+        self._check_thread("end_phase")
         t = time.time()
         if self._phase_log.end(name, t):
             self._boundary(t)
@@ -416,7 +448,7 @@ class Bridge:
         if self._pending is not None and not self._pending.queued:
             self._pending.window = dataclasses.replace(self._pending.window, final=True)
             self._pending.instruments = self.reader.final_instruments(self._pending.instruments)
-        self.commit()
+        self._commit()
         self._closed = True
         atexit.unregister(self._close_at_exit)
         timeout = self.config.delivery.close_timeout_s if timeout_s is None else timeout_s

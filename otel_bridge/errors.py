@@ -16,16 +16,37 @@ Hierarchy::
     ├── BackendError                a tracker backend failed
     ├── StepOrderError              steps logged out of order, or to a step already recorded
     ├── InvalidStepError            a step that is not an integer, or too large to be stored exactly
+    ├── InvalidPhaseError           a phase name that is not a non-empty string
     ├── ReservedKeyError            a trainer key in the bridge's own ``otel_bridge/`` namespace
     ├── DeliveryTimeoutError        a step's record was not delivered in time
+    ├── TrainingThreadError         step/log/phase called from a second thread while the first is alive
     └── BridgeClosedError           the bridge was used after ``close()``
 """
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*:?//)[^\s'\"`<>(){}\[\],]+@"  # scheme://user:password@, http//user@, ...
+    r"|(?P<user>[^\s'\"`<>(){}\[\],/:@]+):[^\s'\"`<>(){}\[\],]*@"  # user:password@host without a scheme
+)
+
+
+def redact_url_credentials(text: str) -> str:
+    """``text`` with the user information of every URL in it replaced (``http://xxxxx@host``, ``user:xxxxx@host``),
+    however the URL is mistyped: a password may hold ``/`` or ``@``, and a token may stand alone before the ``@``."""
+    return _URL_USERINFO.sub(
+        lambda m: f"{m['scheme']}xxxxx@" if m["scheme"] is not None else f"{m['user']}:xxxxx@", text
+    )
+
 
 class OtelBridgeError(Exception):
-    """Base class of every error raised by otel-bridge."""
+    """Base class of every error raised by otel-bridge. A URL's credentials never appear in its message."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(redact_url_credentials(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(OtelBridgeError, ValueError):
@@ -135,9 +156,18 @@ class InvalidStepError(OtelBridgeError, TypeError, ValueError):
     """A step that is not an integer (``1.5``, ``"3"``, ``True``) or whose magnitude exceeds 2**53."""
 
 
+class InvalidPhaseError(OtelBridgeError, TypeError, ValueError):
+    """A phase name that is not a non-empty string (``bridge.phase(name)``, ``begin_phase``, ``end_phase``)."""
+
+
 class ReservedKeyError(OtelBridgeError, ValueError):
     """A trainer metric named in the bridge's own ``otel_bridge/`` namespace (its health keys, wandb's step axis)."""
 
 
 class DeliveryTimeoutError(OtelBridgeError, TimeoutError):
     """A step's record was not assembled and delivered within the timeout."""
+
+
+class TrainingThreadError(OtelBridgeError, RuntimeError):
+    """``step``/``log``/``phase``/``commit`` called from a second thread while the bridge's training thread (the first
+    to call one of them) is alive: one bridge records one sequence of step windows."""

@@ -1,9 +1,10 @@
 """Soak test: fast training steps with faults injected, watching resources and delivery (not part of ``make test``).
 
     python -m soak.soak [--steps 20000] [--step-sleep-s 0.004] [--scrape-steps 200] [--disk-steps 300]
-                        [--sigterm-rounds 8] [--seed 14] [--require-all-faults] [--out soak/results]
+                        [--sigterm-rounds 8] [--child-steps 60] [--seed 14] [--require-all-faults]
+                        [--out soak/results]
 
-Four parts, one after the other (see soak/README.md):
+Five parts, one after the other (see soak/README.md):
 
 1. PromQL path, ``--steps`` fast steps: replica restarts, a replica endpoint down, Prometheus down, a flaky backend;
    RSS, threads and fds watched (``soak/promql_faults.py``).
@@ -13,6 +14,8 @@ Four parts, one after the other (see soak/README.md):
    CAP_SYS_ADMIN to mount, else reported as skipped).
 4. SIGTERM at random points (seeded) of real trainer processes, ``--sigterm-rounds`` of them continuing one run
    (``soak/sigterm.py``).
+5. The scrape child stopped (SIGSTOP) for the rest of a trainer's run, and orphaned through a forked worker when the
+   trainer is SIGKILLed, ``--child-steps`` each (``soak/child_faults.py``).
 
 The result, ``<out>/soak-<UTC time>.json``, has one entry per fault: delivered / expected / duplicates per backend over
 the fault's window, figures, and named checks. The process exits 1 when any check fails (also a skipped part with
@@ -32,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from soak.child_faults import run_child_faults
 from soak.disk_full import run_disk_full
 from soak.promql_faults import run_promql_faults
 from soak.scrape_faults import run_scrape_faults
@@ -75,7 +79,7 @@ def short(faults: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the four parts and return the results (also written under ``args.out``)."""
+    """Run the five parts and return the results (also written under ``args.out``)."""
     started = time.monotonic()
     faults: dict[str, dict[str, Any]] = {}
     elapsed: dict[str, float] = {}
@@ -94,6 +98,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         faults.update(run_sigterm(args.sigterm_rounds, args.seed, tmp / "sigterm"))
         elapsed["sigterm"] = time.monotonic() - t
+        t = time.monotonic()
+        faults.update(run_child_faults(args.child_steps, args.child_step_sleep_s, tmp / "child"))
+        elapsed["scrape_child"] = time.monotonic() - t
     results: dict[str, Any] = {
         "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -121,12 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-steps", type=int, default=300, help="steps of part 3 (disk full)")
     parser.add_argument("--disk-step-sleep-s", type=float, default=0.01, help="simulated work per step, part 3")
     parser.add_argument("--sigterm-rounds", type=int, default=8, help="trainer processes SIGTERMed in part 4")
+    parser.add_argument("--child-steps", type=int, default=60, help="steps of each trainer in part 5 (scrape child)")
+    parser.add_argument("--child-step-sleep-s", type=float, default=0.05, help="simulated work per step, part 5")
     parser.add_argument("--seed", type=int, default=14, help="seed of the random SIGTERM points")
     parser.add_argument("--require-all-faults", action="store_true", help="fail when a part had to be skipped")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--rss-tolerance-mb", type=float, default=20.0)
     args = parser.parse_args(argv)
-    for option, least in (("steps", 1), ("scrape_steps", 20), ("disk_steps", 10), ("sigterm_rounds", 1)):
+    for option, least in (
+        ("steps", 1),
+        ("scrape_steps", 20),
+        ("disk_steps", 10),
+        ("sigterm_rounds", 1),
+        ("child_steps", 6),
+    ):
         if getattr(args, option) < least:
             parser.error(f"--{option.replace('_', '-')} must be at least {least} (every fault needs its window)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

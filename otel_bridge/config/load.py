@@ -38,37 +38,114 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return read_yaml_lines(path)[0]
 
 
+MAX_FILE_BYTES = 16 << 20
+"""The largest configuration file read (16 MiB: a real one is a few kilobytes)."""
+MAX_VALUES = 1_000_000
+"""The most values (scalars, lists and mappings, each alias counted as what it expands to) a file may hold."""
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: fast, and bounds nesting
+
+
 def read_yaml_lines(path: Path) -> tuple[dict[str, Any], Lines]:
-    """:func:`read_yaml`, and the line of every key and list item (for errors that name the line)."""
+    """:func:`read_yaml`, and the line of every key and list item (for errors that name the line).
+
+    Bounded: a file over :data:`MAX_FILE_BYTES` is refused unread, the text is parsed once, and a document that
+    expands (through YAML aliases) to more than :data:`MAX_VALUES` values, refers to itself or nests deeper than the
+    parser allows is a :class:`ConfigError` before anything is built from it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(
+            f"config file {path} is larger than {MAX_FILE_BYTES >> 20} MiB; an otel-bridge config is a few kilobytes: "
+            "check that the path names the config file"
+        )
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    loader = _Loader(text)
     try:
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return {}, {}
+        _check_expansion(node, path)
+        data = loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
-    if data is None:
-        return {}, {}
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests lists or mappings too deeply to read; flatten it") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
     lines: Lines = {}
-    _note_lines(yaml.compose(text, Loader=yaml.SafeLoader), (), lines)
+    _note_lines(node, lines)
     return {str(k): v for k, v in data.items()}, lines
 
 
-def _note_lines(node: yaml.Node | None, path: tuple[int | str, ...], lines: Lines) -> None:
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            here = (*path, str(key.value))
-            lines[here] = key.start_mark.line + 1
-            _note_lines(value, here, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[(*path, index)] = item.start_mark.line + 1
-            _note_lines(item, (*path, index), lines)
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node, path: Path) -> None:
+    """Refuse a document that expands to more than :data:`MAX_VALUES` values or refers to itself (an alias inside its
+    own anchor). Each list and mapping is visited once (aliases share their node), without recursion."""
+    sizes: dict[int, int] = {}  # id(collection node) -> the values it expands to, itself included
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, list[yaml.Node] | None]] = [(root, None)]
+    while stack:
+        node, children = stack.pop()
+        key = id(node)
+        if children is not None:  # its collections are done
+            on_path.discard(key)
+            size = 1 + sum(sizes.get(id(child), 1) for child in children)
+            if size > MAX_VALUES:
+                raise ConfigError(
+                    f"config file {path} expands to more than {MAX_VALUES:,} values (through YAML aliases: *name "
+                    "repeats &name's value); write the values out or use fewer aliases"
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise ConfigError(f"config file {path} holds a YAML alias inside its own anchor (line {_line(node)})")
+        on_path.add(key)
+        children = _children(node)
+        stack.append((node, children))
+        stack.extend((c, None) for c in children if not isinstance(c, yaml.ScalarNode) and id(c) not in sizes)
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _note_lines(root: yaml.Node, lines: Lines) -> None:
+    """Each key's and list item's line, by path; a node reached again through an alias is noted once (at its
+    anchor's path): errors under an alias name the alias' line."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[int | str, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                here = (*path, str(key.value))
+                lines[here] = _line(key)
+                stack.append((value, here))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                lines[(*path, index)] = _line(item)
+                stack.append((item, (*path, index)))
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

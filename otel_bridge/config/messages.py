@@ -54,6 +54,13 @@ def _did_you_mean(loc: tuple[int | str, ...], owner: type[BaseModel] | None) -> 
     return f"; did you mean '{_loc_text((*loc[:-1], close[0]))}'?" if close else ""
 
 
+MAX_SHOWN_CHARS = 200
+"""The most characters of a value an error quotes (the rest is counted: ``... (5000000 characters)``)."""
+MAX_LINE_CHARS = 2000
+"""The most characters of one problem's own text (a validator's message may quote a value)."""
+MAX_PROBLEMS = 50
+"""The most problems one error lists (the rest are counted: ``... and 19950 more``)."""
+
 _SECRET_KEYS = re.compile(r"auth|password|token|secret|api_key|credential", re.IGNORECASE)
 
 
@@ -62,7 +69,13 @@ def _shown(loc: tuple[int | str, ...], value: Any) -> str:
     wrong shape, e.g. ``auth: "Bearer tok-..."`` or ``bearer_token_env: ["tok-..."]``), only its type there."""
     if any(isinstance(part, str) and _SECRET_KEYS.search(part) for part in loc):
         return f"a {type(value).__name__} (not shown: it may hold a secret)"
-    return repr(value)
+    if isinstance(value, str | bytes) and len(value) > MAX_SHOWN_CHARS:
+        return f"{value[:MAX_SHOWN_CHARS]!r}... ({len(value)} characters)"
+    return _bounded(repr(value))
+
+
+def _bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _line_of(loc: tuple[int | str, ...], places: Mapping[tuple[int | str, ...], int]) -> str:
@@ -80,9 +93,11 @@ def format_validation_error(
     places: Mapping[tuple[int | str, ...], int] | None = None,
 ) -> str:
     """Turn pydantic's errors into lines that name the key and what is allowed, under the header ``invalid <what>``;
-    with ``places`` (a YAML file's key paths -> lines), each line ends with the line of the file it is about."""
+    with ``places`` (a YAML file's key paths -> lines), each line ends with the line of the file it is about.
+    Bounded: at most :data:`MAX_PROBLEMS` lines (the rest counted), values quoted up to :data:`MAX_SHOWN_CHARS`."""
     lines: list[str] = []
-    for error in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False, include_input=True)
+    for error in errors[:MAX_PROBLEMS]:
         loc = tuple(error["loc"])
         before = len(lines)
         key = _loc_text(loc)
@@ -95,7 +110,7 @@ def format_validation_error(
             expected = error.get("ctx", {}).get("expected", "")
             lines.append(f"'{key}' = {_shown(loc, error['input'])} is not allowed; expected {expected}")
         elif kind == "value_error":
-            message = str(error.get("ctx", {}).get("error", error["msg"]))
+            message = _bounded(str(error.get("ctx", {}).get("error", error["msg"])), MAX_LINE_CHARS)
             lines.append(f"'{key}': {message}" if loc and not message.startswith(key) else message)
         elif kind == "missing":
             lines.append(f"missing key '{key}'")
@@ -103,6 +118,8 @@ def format_validation_error(
             lines.append(f"'{key}' = {_shown(loc, error.get('input'))}: {error['msg']}")
         if places and len(lines) > before:
             lines[-1] += _line_of(loc, places)
-    count = len(lines)
+    count = len(errors)
+    if count > len(lines):
+        lines.append(f"... and {count - len(lines)} more")
     header = f"invalid {what}" + (f" ({count} problems)" if count > 1 else "")
     return header + ":\n  - " + "\n  - ".join(lines)

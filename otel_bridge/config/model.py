@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from otel_bridge.config.load import AUTO, Lines, apply_env_overrides, read_secret, read_yaml_lines
 from otel_bridge.config.messages import format_validation_error
-from otel_bridge.errors import ConfigError
+from otel_bridge.errors import ConfigError, redact_url_credentials
 from otel_bridge.prometheus_names import (
     LABEL_NAME,
     METRIC_NAME,
@@ -59,20 +59,35 @@ RulesMode = Literal["auto", "required", "off"]
 """``prometheus.recording_rules``: whether a step reads otel-bridge's recording rules."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-def _check_http_url(value: str, key: str, written: str | None = None) -> str:
+def _check_http_url(value: str, key: str, credentials_go: str, written: str | None = None) -> str:
+    """``value`` if it is an http(s) URL with a valid port and no credentials (``credentials_go`` says where they
+    belong instead). Messages never quote the URL's user information (:func:`redact_url_credentials`)."""
+    shown = repr(redact_url_credentials(value if written is None else written))
     if not re.match(r"^https?://[^/\s]+", value):
-        raise ValueError(f"{key} must be an http:// or https:// URL, got {value!r}")
+        raise ValueError(f"{key} must be an http:// or https:// URL, got {shown}")
+    parts = urlsplit(value)
+    if "@" in parts.netloc or "@" in value.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]:
+        raise ValueError(
+            f"{key} contains credentials (a user name or password before the host's @), which would end up in logs "
+            f"and errors; remove them from the URL and {credentials_go}"
+        )
     try:
-        port = urlsplit(value).port
+        port = parts.port
     except ValueError:
         port = -1
     if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"{key} = {written or repr(value)}: the port must be a number from 1 to 65535")
+        raise ValueError(f"{key} = {shown}: the port must be a number from 1 to 65535")
     return value.rstrip("/")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    def __repr__(self) -> str:
+        return redact_url_credentials(super().__repr__())
+
+    def __str__(self) -> str:
+        return redact_url_credentials(super().__str__())
 
 
 class AuthConfig(_Model):
@@ -112,15 +127,20 @@ class AuthConfig(_Model):
         return self.username, password
 
 
+_SCRAPE_CREDENTIALS = (
+    "set scrape.auth.username with scrape.auth.password_env or scrape.auth.password_file (or "
+    "scrape.auth.bearer_token_env / scrape.auth.bearer_token_file)"
+)
+
+
 def refuse_url_credentials(values: list[str]) -> None:
     """A scrape target written with ``user:password@`` is refused without echoing it (the password is in it)."""
     for index, value in enumerate(values):
         authority = value.split("://", 1)[-1].split("/", 1)[0]
         if "@" in authority:
             raise ValueError(
-                f"scrape.targets[{index}] contains credentials (user:password@...), which would end up in logs and "
-                "tracker keys; remove them from the URL and set scrape.auth.username with scrape.auth.password_env "
-                "or scrape.auth.password_file (or scrape.auth.bearer_token_env / scrape.auth.bearer_token_file)"
+                f"scrape.targets[{index}] contains credentials (a user name or password before the host's @), which "
+                f"would end up in logs and tracker keys; remove them from the URL and {_SCRAPE_CREDENTIALS}"
             )
 
 
@@ -253,7 +273,12 @@ class PrometheusConfig(_Model):
     def _url(cls, value: str | None) -> str | None:
         if value is None or value == AUTO:
             return value
-        return _check_http_url(value, "prometheus.url")
+        return _check_http_url(
+            value,
+            "prometheus.url",
+            "set prometheus.auth.username with prometheus.auth.password_env or prometheus.auth.password_file (or "
+            "prometheus.auth.bearer_token_env / prometheus.auth.bearer_token_file)",
+        )
 
 
 class ScrapeConfig(_Model):
@@ -306,7 +331,7 @@ class ScrapeConfig(_Model):
                 if not re.match(r"^[A-Za-z0-9.\-\[\]:]+:\d+$", value):
                     raise ValueError(f"scrape.targets[{index}] = {value!r} must be a URL or host:port")
                 value = f"http://{value}/metrics"
-            out.append(_check_http_url(value, f"scrape.targets[{index}]", repr(written)))
+            out.append(_check_http_url(value, f"scrape.targets[{index}]", _SCRAPE_CREDENTIALS, written))
         return out
 
 
@@ -403,6 +428,12 @@ class TrackerConfig(BaseModel):
 
     type: str = Field(description="jsonl, tensorboard, console")
 
+    def __repr__(self) -> str:
+        return redact_url_credentials(super().__repr__())
+
+    def __str__(self) -> str:
+        return redact_url_credentials(super().__str__())
+
     def options(self) -> dict[str, Any]:
         """The backend-specific options (everything but ``type``)."""
         return dict(self.model_extra or {})
@@ -485,7 +516,16 @@ class OTLPConfig(_Model):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
-        return None if value is None else _check_http_url(value, "otel.otlp.endpoint")
+        return (
+            None
+            if value is None
+            else _check_http_url(
+                value,
+                "otel.otlp.endpoint",
+                "give the OTLP exporter its Authorization header in the environment variable "
+                "OTEL_EXPORTER_OTLP_METRICS_HEADERS or OTEL_EXPORTER_OTLP_HEADERS (authorization=Basic%20...)",
+            )
+        )
 
     @model_validator(mode="after")
     def _traces_to_prometheus(self) -> Self:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from otel_bridge.errors import StepOrderError
+from otel_bridge.errors import InvalidPhaseError, StepOrderError
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
@@ -49,6 +49,8 @@ class PhaseLog:
         self._open: tuple[str, float] | None = None
         self._ended: list[Phase] = []
         self._auto_closed: str | None = None
+        self._keys: set[str] = set()  # the keys of self._ended
+        self._repeats: dict[str, int] = {}  # name -> the suffix its next repeat tries first: linear in a step's phases
 
     @property
     def open_name(self) -> str | None:
@@ -57,8 +59,7 @@ class PhaseLog:
 
     def begin(self, name: str, t: float) -> None:
         """Open phase ``name`` at ``t``; raises :class:`StepOrderError` while another phase is open."""
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"a phase needs a non-empty name, got {name!r}")
+        check_phase_name(name)
         if self._open is not None:
             raise StepOrderError(
                 f"phase {name!r} began while phase {self._open[0]!r} is still open: phases do not nest; "
@@ -69,6 +70,7 @@ class PhaseLog:
     def end(self, name: str, t: float) -> bool:
         """End phase ``name`` at ``t``. Returns ``False`` (nothing to do) when a step boundary already ended it;
         raises :class:`StepOrderError` when ``name`` is not the open phase."""
+        check_phase_name(name)
         if self._open is None and self._auto_closed == name:
             self._auto_closed = None
             return False
@@ -80,11 +82,13 @@ class PhaseLog:
         return True
 
     def _unique(self, name: str) -> str:
-        taken = {p.key for p in self._ended}
-        key, n = name, 1
-        while key in taken:
+        n = self._repeats.get(name, 1)
+        key = name if n == 1 else f"{name}_{n}"
+        while key in self._keys:
             n += 1
             key = f"{name}_{n}"
+        self._repeats[name] = n + 1
+        self._keys.add(key)
         return key
 
     def take(self, boundary: float) -> tuple[Phase, ...]:
@@ -95,4 +99,13 @@ class PhaseLog:
             self.end(name, boundary)
             self._auto_closed = name
         ended, self._ended = tuple(self._ended), []
+        self._keys.clear()
+        self._repeats.clear()
         return ended
+
+
+def check_phase_name(name: object) -> None:
+    """Raise :class:`InvalidPhaseError` unless ``name`` is a non-empty string."""
+    if not isinstance(name, str) or not name.strip():
+        shown = repr(name) if isinstance(name, str) else f"a {type(name).__name__}"
+        raise InvalidPhaseError(f"a phase needs a non-empty string as its name, got {shown[:80]}")

@@ -118,17 +118,27 @@ class StepMetricReader(MetricReader):
                 metrics_data = fold_deltas(self._received, metrics_data)
             self._received = metrics_data
 
-    def snapshot_instruments(self, *, force: bool = False) -> list[ResourceMetrics]:
+    def snapshot_instruments(self) -> list[ResourceMetrics]:
         """Collect the SDK's instruments now (in memory). Empty when none has recorded anything yet, and at the
-        boundaries ``collect_every`` skips (``otel.collect_every``: the 1st, then every N-th boundary collects) unless
-        ``force``: histogram observations of skipped boundaries go to the next collecting one.
+        boundaries ``collect_every`` skips (``otel.collect_every``: the 1st, then every N-th boundary collects):
+        histogram observations of skipped boundaries go to the next collecting one, or to :meth:`final_instruments`.
 
         A ``collect()`` someone made since the last boundary is not lost: its histogram deltas are added in.
         """
         self._boundaries += 1
-        self._skipped = not force and (self._boundaries - 1) % self._collect_every != 0
-        if self._skipped:
-            return []
+        self._skipped = (self._boundaries - 1) % self._collect_every != 0
+        return [] if self._skipped else self._collect_now()
+
+    def final_instruments(self, snapshot: Sequence[ResourceMetrics]) -> Sequence[ResourceMetrics]:
+        """The instruments for a record sent as final (the run's last, or one ``commit()``/``collect()`` sends before
+        the next step): ``snapshot``, or, if its boundary skipped collecting, a collection now (what the skipped
+        boundaries observed is not left out). Does not move the ``collect_every`` schedule."""
+        if not self._skipped:
+            return snapshot
+        self._skipped = False
+        return self._collect_now()
+
+    def _collect_now(self) -> list[ResourceMetrics]:
         with self._lock:
             self.collect()
             received, self._received = self._received, None
@@ -141,11 +151,6 @@ class StepMetricReader(MetricReader):
             )
             for rm in collected
         ]
-
-    def final_instruments(self, snapshot: Sequence[ResourceMetrics]) -> Sequence[ResourceMetrics]:
-        """The instruments for the run's last record: ``snapshot``, or, if its boundary skipped collecting, a
-        collection now (what the skipped boundaries observed is not left out of the run)."""
-        return self.snapshot_instruments(force=True) if self._skipped else snapshot
 
     def assemble(
         self,

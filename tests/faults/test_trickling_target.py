@@ -94,3 +94,41 @@ def test_a_trickling_target_never_blanks_out_the_healthy_ones(
     assert trickler_errors, last
     assert trickler_errors[0] > 0, last
     assert all(BOUNDARY_LAG in received[step] for step in range(STEPS))
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_a_trickler_never_blanks_the_healthy_replica_when_the_produce_timeout_is_short(
+    tmp_path: Path, replicas: list[Replica], isolation: str
+) -> None:
+    """Issue 27 finding 4: with ``delivery.produce_timeout_s`` 3 s and ``scrape.timeout_s`` 2 s, the healthy
+    replica's keys were in 0 of 15 records: the scrape path waited for the trickler up to its own produce timeout
+    while the step's deadline (the same, begun earlier) dropped every reading. The wait now ends inside the step's
+    deadline: the trickler is unread there and the healthy replica's readings arrive."""
+
+    def handle(request: RecordedRequest) -> Response:
+        return Response(body=b"# TYPE vllm:generation_tokens_total counter\n", trickle_s=1.2)
+
+    slow = ScriptedHTTPServer(handle)
+    a = replicas[0]
+    collecting = CollectingBackend()
+    # The trickler answers, slowly (1.2 s, within scrape.timeout_s), and is always being read (sampled every 0.2 s):
+    # the reading of a boundary comes 1.2 to 2.4 s after it, always later than the step's 1 s deadline.
+    scrape = {"targets": [a.url, slow.url], "sample_interval_s": 0.2, "timeout_s": 2.0, "isolation": isolation}
+    config = base_config(tmp_path, isolation, scrape=scrape, metrics=METRICS, delivery={"produce_timeout_s": 1.0})
+    steps = 6
+    try:
+        with Bridge.from_config(config, backends=[collecting]) as bridge:
+            for step in range(steps):
+                a.sim.complete_request(
+                    prompt_tokens=4, generation_tokens=10, ttft_s=0.01, e2e_s=0.02, queue_s=0.0, itl_s=0.001
+                )
+                bridge.log({"actor/loss": float(step)}, step=step)
+                time.sleep(1.3)  # each step's readings are produced before the next: no backlog hides the wait
+    finally:
+        slow.close()
+    received = collecting.by_step()
+    assert sorted(received) == list(range(steps))
+    without = [step for step in range(1, steps) if DELTA not in received[step]]
+    assert not without, (without, {k: v for k, v in received[without[0]].items() if k.startswith("otel_bridge/")})
+    hostport = slow.url.split("//")[1].rstrip("/")
+    assert any(k.startswith("otel_bridge/unread_s/") and hostport.split(":")[1] in k for k in received[steps - 1])

@@ -80,6 +80,13 @@ def test_unknown_kind_lists_the_known_kinds(run_dir: Path) -> None:
         create_backend("wandbb", {}, run_dir)
 
 
+@pytest.mark.parametrize(("typo", "meant"), [("tensorbord", "tensorboard"), ("jsnl", "jsonl"), ("ml-flow", "mlflow")])
+def test_a_misspelt_tracker_gets_a_did_you_mean(run_dir: Path, typo: str, meant: str) -> None:
+    """Issue 26 (via issue 27's scope): ``tensorbord`` got no suggestion."""
+    with pytest.raises(ConfigError, match=f"unknown tracker '{typo}'; did you mean '{meant}'\\?"):
+        create_backend(typo, {}, run_dir)
+
+
 @pytest.mark.parametrize(
     ("kind", "options", "message"),
     [

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from otel_bridge import Bridge
 
 STEPS = 8
@@ -50,3 +52,29 @@ def test_every_step_collects_by_default(tmp_path: Path) -> None:
                 latency.record(1.0)
     records = [json.loads(line) for line in (tmp_path / "each" / "metrics.jsonl").read_text().splitlines()]
     assert [r["latency/count"] for r in records] == [1.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("send", ["collect", "commit"])
+def test_a_record_sent_by_collect_or_commit_collects_what_its_skipped_boundary_left(tmp_path: Path, send: str) -> None:
+    """Issue 27 finding 14: with ``collect()`` or ``commit()`` after every step, the run's last record had no
+    instrument keys and the histogram counted 9 of 10 observations. A record sent explicitly is final (nothing can be
+    added to it, and the bridge cannot know that no step follows), so it collects what its skipped boundary left."""
+    config = {
+        "trackers": [{"type": "jsonl"}],
+        "run": {"name": send, "dir": str(tmp_path)},
+        "otel": {"collect_every": 4},
+    }
+    with Bridge.from_config(config) as bridge:
+        latency = bridge.meter("trainer").create_histogram("latency")
+        for step in range(10):
+            latency.record(1.0)
+            bridge.log({"actor/loss": float(step)}, step=step)
+            if send == "collect":
+                bridge.collect(step)
+            else:
+                bridge.commit()
+    lines = (tmp_path / send / "metrics.jsonl").read_text().splitlines()
+    records = {r["step"]: r for r in map(json.loads, lines)}
+    assert sorted(records) == list(range(10))
+    assert "latency/count" in records[9]
+    assert sum(r.get("latency/count", 0.0) for r in records.values()) == 10.0

@@ -8,6 +8,7 @@ declared in the plugin's package metadata instead of here. Built-in kinds take p
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import logging
@@ -72,8 +73,10 @@ def plugin_entry_points() -> dict[str, list[importlib.metadata.EntryPoint]]:
 def _unknown_kind(kind: str, plugins: Mapping[str, Sequence[importlib.metadata.EntryPoint]]) -> ConfigError:
     installed = sorted(set(plugins) - set(BACKENDS))
     plugin_text = ", ".join(installed) if installed else "none"
+    close = difflib.get_close_matches(kind, [*BACKENDS, *installed], n=1, cutoff=0.6)
+    did_you_mean = f"; did you mean {close[0]!r}?" if close else ""
     return ConfigError(
-        f"unknown tracker {kind!r}; the built-in trackers are: {', '.join(sorted(BACKENDS))}; "
+        f"unknown tracker {kind!r}{did_you_mean}; the built-in trackers are: {', '.join(sorted(BACKENDS))}; "
         f"installed plugin trackers: {plugin_text} (a package adds one with an entry point in the group "
         f"{ENTRY_POINT_GROUP!r}; see docs/backends.md)"
     )

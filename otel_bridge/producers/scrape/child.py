@@ -6,17 +6,24 @@ Run as ``python -m otel_bridge.producers.scrape.child`` with the channel on stdi
 (:mod:`otel_bridge.producers.scrape.frames`). Requests are ``(kind, id, payload)``; every answer is ``("reply", id, ok,
 value, health_ops)``, carrying the health updates made since the last answer, and log records travel as ``("log",
 fields)``. The end of stdin (the parent closed it or died) closes the producer and ends the process.
+
+This process never outlives its parent, even while it is stopped or while a forked copy of the parent holds the
+pipes: Linux SIGKILLs it when the parent's thread that started it ends (``PR_SET_PDEATHSIG``), and a watcher thread
+ends it when its parent's pid is no longer the one the parent gave (``frames.PARENT_ENV``: the parent died before the
+request took effect, or the platform has no such request).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
@@ -24,11 +31,13 @@ from typing import IO, Any
 from otel_bridge.errors import ConfigError, OtelBridgeError
 from otel_bridge.health import Health
 from otel_bridge.producers.base import metrics_of
-from otel_bridge.producers.scrape.frames import FrameWriter, read_frame
+from otel_bridge.producers.scrape.frames import PARENT_ENV, FrameWriter, read_frame
 from otel_bridge.producers.scrape.producer import ScrapeProducer
 
 _log = logging.getLogger(__name__)
 _NICE = 10
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PARENT_WATCH_S = 0.5
 
 HealthOp = tuple[str, str, float, tuple[tuple[str, str], ...]]
 """``(count | set | forget, name, value, labels)``: one update of the child's health, replayed on the parent's."""
@@ -148,7 +157,9 @@ class _Child:
 
             return start
         if kind == "produce":
-            return lambda: metrics_of(producer.produce(window=payload))  # the parent puts them in their scope
+            window, timeout_millis = payload
+            # the parent puts them in their scope
+            return lambda: metrics_of(producer.produce(timeout_millis, window=window))
         if kind == "unanswered":
             return producer.unanswered
         raise ConfigError(f"unknown request {kind!r} to the scrape process")
@@ -170,8 +181,26 @@ class _Child:
             self._writer.send(("reply", request, ok, value, self._health.drain()))
 
 
+def _die_with(parent: int) -> None:
+    """End this process when ``parent`` does (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            _log.warning("scrape process: prctl(PR_SET_PDEATHSIG) failed (errno %d)", ctypes.get_errno())
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_WATCH_S)
+        os._exit(0)  # nothing of this process is wanted once its parent is gone
+
+    threading.Thread(target=watch, name="otel-bridge-scrape-parent-watch", daemon=True).start()
+
+
 def main() -> None:
-    """Serve one producer over stdin/stdout until the parent closes the channel."""
+    """Serve one producer over stdin/stdout until the parent closes the channel or dies."""
+    _die_with(int(os.environ[PARENT_ENV]))
     # Ctrl-C in a terminal signals the whole foreground group: the parent decides when this process ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Below the trainer in the scheduler's eyes: on a node short of cores, training comes first and a boundary's

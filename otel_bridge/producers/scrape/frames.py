@@ -13,6 +13,8 @@ import threading
 from typing import IO, Any
 
 _HEADER = struct.Struct("!I")
+PARENT_ENV = "OTEL_BRIDGE_SCRAPE_PARENT"
+"""The environment variable holding the child's parent's pid: the child exits when its parent is another."""
 
 
 class FrameWriter:
@@ -59,6 +61,12 @@ class FrameWriter:
                 view = view[os.write(self._fd, view) :]
             except BlockingIOError:
                 select.select([], [self._fd], [])
+
+    def abandon(self) -> None:
+        """In a forked copy of the writing process: never write again (the descriptor is the parent's channel; the
+        caller points it elsewhere). A fresh lock: another thread of the parent may have held this one at the fork."""
+        self._lock = threading.Lock()
+        self._closed = True
 
     def close(self) -> None:
         """Close the pipe: the reader at the other end sees the end of the channel."""

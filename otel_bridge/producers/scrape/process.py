@@ -10,6 +10,13 @@ each window's statistics, so its cost per step is in proportion to the configure
 The records are the same as the in-process producer's (``scrape.isolation: thread``); the child's log records go to
 this process' loggers of the same names and its health updates to this process' :class:`Health`. A child that dies is
 reported (an error logged once, each later step's infrastructure marked missing), never silent.
+
+The child never outlives this process: it is started by the thread that reads its answers (which lives exactly as long
+as the child is wanted) and asks Linux to SIGKILL it when that thread ends (``PR_SET_PDEATHSIG``: a stopped child is
+killed too, and a forked worker holding copies of the pipes keeps nothing alive); it also watches its parent's pid.
+A copy of this object in a forked process (a data-loader worker) cannot reach the child: at the fork its ends of the
+pipes are pointed at ``/dev/null`` and every call there answers as if the child were gone. :meth:`ScrapeProcess.close`
+kills, by its pid, a child that does not answer.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import queue
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,13 +42,16 @@ from otel_bridge.errors import ConfigError, ScrapeError
 from otel_bridge.health import Health
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.scrape.frames import FrameWriter, read_frame
+from otel_bridge.producers.scrape.frames import PARENT_ENV, FrameWriter, read_frame
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
 _CHILD_MODULE = "otel_bridge.producers.scrape.child"
 _ANSWER_MARGIN_S = 10.0  # beyond the child's own deadline for a request: its start-up, a loaded machine
 _EXIT_WAIT_S = 5.0
+_FORKED = (
+    "this is a forked copy of the trainer's process (a data-loader worker?): the scrape process belongs to the parent"
+)
 
 
 class Scraper(Protocol):
@@ -103,11 +114,15 @@ class ScrapeProcess:
         self._outbox: queue.SimpleQueue[tuple[str, int, Any] | None] = queue.SimpleQueue()
         self._queued = 0  # messages in the outbox not yet written: a direct write must wait its turn behind them
         self._order = threading.Lock()
+        self._forked = False
+        started: Future[subprocess.Popen[bytes]] = Future()
         requests, self._requests_fd = os.pipe()
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", _CHILD_MODULE], stdin=requests, stdout=subprocess.PIPE, env=_child_environment()
+            self._reader = threading.Thread(
+                target=self._keep, args=(requests, started), name="otel-bridge-scrape-replies", daemon=True
             )
+            self._reader.start()
+            started.result()  # the reader started the child (see _keep) or failed to
         except BaseException:
             os.close(self._requests_fd)
             raise
@@ -115,11 +130,8 @@ class ScrapeProcess:
             os.close(requests)
         assert self._process.stdout is not None
         self._writer = FrameWriter(self._requests_fd)
-        self._reader = threading.Thread(
-            target=self._read, args=(self._process.stdout,), name="otel-bridge-scrape-replies", daemon=True
-        )
+        _LIVE.add(self)
         self._sender = threading.Thread(target=self._send, name="otel-bridge-scrape-requests", daemon=True)
-        self._reader.start()
         self._sender.start()
         init = {
             "targets": list(targets),
@@ -156,7 +168,8 @@ class ScrapeProcess:
         """The child's statistics for ``window`` (its :class:`ScrapeError` when the boundary scrape did not finish).
 
         The child sends the metrics alone (an ``InstrumentationScope`` does not pickle); they get their scope here."""
-        return infra_scope(self._call("produce", window, self._produce_timeout_s + _ANSWER_MARGIN_S))
+        payload = (window, timeout_millis)  # the child keeps to the caller's deadline too
+        return infra_scope(self._call("produce", payload, self._produce_timeout_s + _ANSWER_MARGIN_S))
 
     def set_targets(self, targets: Sequence[str]) -> None:
         """Scrape these targets from the child's next round on."""
@@ -167,14 +180,21 @@ class ScrapeProcess:
         return list(self._call("unanswered", None, _ANSWER_MARGIN_S))
 
     def close(self) -> None:
-        """Close the child's producer, then end the child (killed, by its pid, if it has not exited in time)."""
+        """Close the child's producer, then end the child: killed, by its pid, when it does not answer (stopped,
+        hung) or has not exited in time. A forked copy does nothing: the child is the parent's."""
+        if self._forked:
+            return
         with self._lock:
             self._closing = True
-        if self._gone is None:
+        answered = self._gone is not None
+        if not answered:
             try:
                 self._call("close", None, _ANSWER_MARGIN_S + 10.0)
+                answered = True
             except ScrapeError as exc:
-                _log.warning("closing the scrape process (pid %d): %s", self._process.pid, exc)
+                _log.warning("closing the scrape process (pid %d): %s; killing it", self._process.pid, exc)
+        if not answered:
+            self._process.kill()  # SIGKILL ends a stopped process too
         self._outbox.put(None)
         self._sender.join(timeout=_EXIT_WAIT_S)
         try:
@@ -186,6 +206,23 @@ class ScrapeProcess:
         self._reader.join(timeout=_EXIT_WAIT_S)
         assert self._process.stdout is not None
         self._process.stdout.close()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked copy of this process: point this copy's ends of the pipes at ``/dev/null`` (the child sees
+        nothing from here, and the pipes close when the parent's ends do) and answer every later call as if the
+        child were gone. No lock is taken: another thread of the parent may have held one at the fork."""
+        self._forked = True
+        self._gone = _FORKED
+        self._lock, self._order = threading.Lock(), threading.Lock()
+        self._pending = {}
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            assert self._process.stdout is not None
+            for fd in (self._requests_fd, self._process.stdout.fileno()):
+                os.dup2(null, fd, inheritable=False)
+        finally:
+            os.close(null)
+        self._writer.abandon()
 
     def _call(self, kind: str, payload: Any, timeout_s: float) -> Any:
         future: Future[Any] = Future()
@@ -214,7 +251,10 @@ class ScrapeProcess:
     def _post(self, message: tuple[str, int, Any]) -> None:
         """Send ``message`` without ever waiting: written at once when the pipe has room and nothing queued earlier
         is still unwritten (a boundary reaches the child in microseconds, with no other thread to wake), otherwise
-        queued for the sender thread. Messages reach the child in the order they were posted."""
+        queued for the sender thread. Messages reach the child in the order they were posted; none from a forked
+        copy."""
+        if self._forked:
+            return
         with self._order:
             if self._queued == 0:
                 try:
@@ -233,6 +273,21 @@ class ScrapeProcess:
                 self._queued -= 1
         with contextlib.suppress(OSError):
             self._writer.close()
+
+    def _keep(self, requests: int, started: Future[subprocess.Popen[bytes]]) -> None:
+        """Start the child (from this thread: its ``PR_SET_PDEATHSIG`` fires when this thread ends), then read its
+        answers until it exits."""
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", _CHILD_MODULE], stdin=requests, stdout=subprocess.PIPE, env=_child_environment()
+            )
+        except BaseException as exc:  # noqa: BLE001 - handed to __init__, which raises it
+            started.set_exception(exc)
+            return
+        self._process = process
+        started.set_result(process)
+        assert process.stdout is not None
+        self._read(process.stdout)
 
     def _read(self, channel: Any) -> None:
         while (message := read_frame(channel)) is not None:
@@ -273,6 +328,18 @@ class ScrapeProcess:
                 future.set_result((False, ("ScrapeError", gone)))
 
 
+_LIVE: weakref.WeakSet[ScrapeProcess] = weakref.WeakSet()
+
+
+def _forsake_children() -> None:
+    for process in list(_LIVE):
+        process._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forsake_children)
+
+
 def _relay_log(fields: dict[str, Any]) -> None:
     logger = logging.getLogger(fields["name"])
     if logger.isEnabledFor(fields["levelno"]):
@@ -286,4 +353,5 @@ def _child_environment() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parents[__name__.count(".")])  # the folder holding otel_bridge/
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env["OTEL_SDK_DISABLED"] = "true"
+    env[PARENT_ENV] = str(os.getpid())
     return env

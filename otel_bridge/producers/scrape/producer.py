@@ -11,9 +11,11 @@ Prometheus adds, so replicas with identical labels stay apart.
 
 Targets answer on their own: a round never waits for its slowest target, a target's scrapes never overlap, and a
 boundary needs a new scrape of a target only if none was asked for since it. A window is computed once every target's
-reading for its end has answered (or failed), or once ``delivery.produce_timeout_s`` has passed: a target whose
-reading has not come by then is unread at that boundary. A target unread at a window's end is named in the record
-(``otel_bridge/unread_s/instance.<host:port>``, ``otel_bridge/targets_unread``) for as long as it stays unread.
+reading for its end has answered (or failed), or once the wait the caller allows is nearly over (the step's
+``delivery.produce_timeout_s``, less a reserve for computing the statistics): a target whose reading has not come by
+then is unread at that boundary, and the others' readings are delivered on time without it. A target unread at a
+window's end is named in the record (``otel_bridge/unread_s/instance.<host:port>``, ``otel_bridge/targets_unread``)
+for as long as it stays unread.
 """
 
 from __future__ import annotations
@@ -53,12 +55,19 @@ from otel_bridge.suppression import suppress_in_this_thread, suppressing
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
+_STATISTICS_RESERVE_S = 2.0
 
 
 def _credentials_host(url: str) -> str | None:
     """The host of ``url`` when it carries ``user:password@`` (such a target is refused), else ``None``."""
     authority = url.split("://", 1)[-1].split("/", 1)[0]
     return authority.rsplit("@", 1)[1] if "@" in authority else None
+
+
+def reading_wait_s(allowed_s: float) -> float:
+    """How long a window may wait for its readings when its statistics must be ready within ``allowed_s``: a quarter
+    of it, at most 2 s, is kept for computing them (and, from the scrape child, for the answer's way back)."""
+    return max(0.0, allowed_s - min(_STATISTICS_RESERVE_S, allowed_s / 4))
 
 
 @dataclass
@@ -152,14 +161,19 @@ class ScrapeProducer:
             }
             gone = [target for url, target in previous.items() if url not in self._targets]
             instances = [target.instance for target in self._targets.values()]
+            # Under the lock, as every update of a target's keys: a scrape answering or a window reporting its
+            # targets meanwhile cannot bring back the key of a target that has left.
+            current = set(instances)
+            for target in gone:
+                if target.instance not in current:
+                    self._health.forget(SCRAPE_ERRORS, {"instance": target.instance})
+                    self._health.forget(UNREAD, {"instance": target.instance})
+                    self._unread.discard(target.instance)
+            for instance in instances:
+                self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
             self._cond.notify_all()
         for target in gone:
             target.endpoint.close()
-            self._health.forget(SCRAPE_ERRORS, {"instance": target.instance})
-            self._health.forget(UNREAD, {"instance": target.instance})
-            self._unread.discard(target.instance)
-        for instance in instances:
-            self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
         _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")
 
     @property
@@ -183,8 +197,11 @@ class ScrapeProducer:
         if any(q.needs_kind for q in self._queries):
             answered = [r.families for r in latest.values() if r is not None and r.families is not None]
             self._queries = [self._resolve_kind(q, answered, len(answered)) for q in self._queries]
-        self._thread = threading.Thread(target=suppressing(self._run), name="otel-bridge-sampler", daemon=True)
-        self._thread.start()
+        with self._cond:  # close() may come meanwhile (a start-up in the background): it joins what it finds here
+            if self._closed:
+                return
+            self._thread = threading.Thread(target=suppressing(self._run), name="otel-bridge-sampler", daemon=True)
+            self._thread.start()
 
     def _resolve_kind(self, query: MetricQuery, answered: Sequence[Families], reachable: int) -> MetricQuery:
         if not query.needs_kind:
@@ -273,9 +290,9 @@ class ScrapeProducer:
             if target.again and current and not self._closed:
                 target.again = False
                 self._start_scrape(target)
+            if not reading.ok and current:  # a target that left takes its key with it, even mid-scrape
+                self._health.count(SCRAPE_ERRORS, labels={"instance": target.instance})
             self._cond.notify_all()
-        if not reading.ok and current:  # a target that left takes its key with it, even mid-scrape
-            self._health.count(SCRAPE_ERRORS, labels={"instance": target.instance})
 
     def _fetch(self, target: _Target) -> str | None:
         endpoint = target.endpoint
@@ -322,10 +339,10 @@ class ScrapeProducer:
             exc_info=True,
         )
 
-    def _stands(self, window: StepWindow) -> dict[str, tuple[Stand | None, Stand]]:
+    def _stands(self, window: StepWindow, wait_s: float) -> dict[str, tuple[Stand | None, Stand]]:
         """What stands for ``window``'s boundaries, per target: waits until every target's reading of them is decided,
-        at most ``produce_timeout_s`` (a target whose reading has not come by then is unread there)."""
-        deadline = time.monotonic() + self._produce_timeout_s
+        at most ``wait_s`` (a target whose reading has not come by then is unread there)."""
+        deadline = time.monotonic() + wait_s
         with self._cond:
             while True:
                 stands: dict[str, tuple[Stand | None, Stand]] = {}
@@ -351,18 +368,21 @@ class ScrapeProducer:
         if late:
             self._warn.warning(
                 "late",
-                "step %d: no reading of %s came within delivery.produce_timeout_s (%.3gs) after the boundary: "
-                "unread in this step; check that they answer within scrape.timeout_s",
+                "step %d: no reading of %s came within %.3gs (delivery.produce_timeout_s less the time to compute the "
+                "statistics): unread in this step; the other targets' readings are delivered. A target answering "
+                "within scrape.timeout_s is read within twice that after a boundary: keep delivery.produce_timeout_s "
+                "above it",
                 window.step,
                 ", ".join(t.instance for t in late),
-                self._produce_timeout_s,
+                wait_s,
             )
         return stands
 
     def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
-        """Statistics for ``window`` from the targets' readings (waits for the readings of its end, see
-        :meth:`_stands`: up to its own ``produce_timeout_s``, whatever ``timeout_millis`` says)."""
-        stands = self._stands(window)
+        """Statistics for ``window`` from the targets' readings, within ``timeout_millis``: waits for the readings
+        of its boundaries (:meth:`_stands`) up to its own ``produce_timeout_s`` and never past :func:`reading_wait_s`
+        of ``timeout_millis``, so a late target is unread there and the others' statistics still come in time."""
+        stands = self._stands(window, min(self._produce_timeout_s, reading_wait_s(timeout_millis / 1000)))
         with self._cond:
             targets = {t.instance: t.readings for t in self._targets.values() if t.instance in stands}
             read = window_readings(targets, stands, window, self._series_keys)
@@ -389,13 +409,18 @@ class ScrapeProducer:
     def _report_unread(self, unread: dict[str, float], window: StepWindow) -> None:
         """Name the targets unread at the window's end for as long as they are (the WARNING of their failed scrape
         said so), and log once when one is read again."""
-        self._health.set(TARGETS_UNREAD, float(len(unread)))
-        for instance, seconds in sorted(unread.items()):
-            self._health.set(UNREAD, seconds, labels={"instance": instance})
-        for instance in sorted(self._unread - set(unread)):
-            self._health.forget(UNREAD, {"instance": instance})
+        with self._cond:  # a target that left meanwhile (set_targets) is not named again
+            current = {target.instance for target in self._targets.values()}
+            unread = {instance: seconds for instance, seconds in unread.items() if instance in current}
+            self._health.set(TARGETS_UNREAD, float(len(unread)))
+            for instance, seconds in sorted(unread.items()):
+                self._health.set(UNREAD, seconds, labels={"instance": instance})
+            back = sorted((self._unread & current) - set(unread))
+            for instance in sorted(self._unread - set(unread)):
+                self._health.forget(UNREAD, {"instance": instance})
+            self._unread = set(unread)
+        for instance in back:
             _log.info("step %d: %s is read again", window.step, instance)
-        self._unread = set(unread)
 
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) whose latest scrape failed."""
@@ -405,13 +430,14 @@ class ScrapeProducer:
 
     def close(self) -> None:
         """Stop the sampler thread and close the HTTP sessions."""
-        with self._cond:  # no scrape is submitted to the pool once it is shut down
+        with self._cond:  # no scrape is submitted to the pool once it is shut down, and no sampler is started
             self._closed = True
             self._cond.notify_all()
             endpoints = [t.endpoint for t in self._targets.values()]
+            thread = self._thread
         self._boundaries.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if thread is not None:
+            thread.join(timeout=10)
         self._pool.shutdown(wait=False, cancel_futures=True)
         for endpoint in endpoints:
             endpoint.close()

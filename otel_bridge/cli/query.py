@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from opentelemetry.sdk.metrics.export import Metric
 
+from otel_bridge.cli.config_file import CONFIG_HELP, load_chosen_config
 from otel_bridge.cli.output import format_rows, format_value
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
@@ -44,7 +45,7 @@ def add_parser(commands: Any) -> None:
         "expression (evaluated as is at AT; $window stands for the window's length).",
     )
     query.add_argument("expr", metavar="EXPR", help="metric name, configured key, or PromQL expression")
-    query.add_argument("--config", type=Path, help="otel-bridge config file")
+    query.add_argument("--config", type=Path, help=CONFIG_HELP)
     query.add_argument("--prometheus-url", help="Prometheus base URL (default: prometheus.url of the config)")
     query.add_argument("--window", default="30s", help="window length: 30s, 500ms, 5m, 1h (default 30s)")
     query.add_argument("--at", default="now", help="window end: now, unix seconds, ISO 8601, or -5m (default now)")
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     window_s = parse_duration(args.window)
     at = parse_time(args.at)
-    config = BridgeConfig.load(args.config)
+    config = load_chosen_config(args)
     query = build_query(args.expr, config, args)
     client = command_client(config, args.prometheus_url)
     span = f"over ({_iso(at - window_s)}, {_iso(at)}] = {format_value(window_s)}s, from {client.url}"

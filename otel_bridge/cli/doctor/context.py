@@ -34,9 +34,16 @@ class DoctorContext:
     """One doctor run: its arguments, what the checks found out so far, and their outcomes (:attr:`checks`)."""
 
     def __init__(
-        self, config_path: Path | None, *, ray_address: str = "auto", prometheus_url: str | None = None
+        self,
+        config_path: Path | None,
+        *,
+        ray_address: str = "auto",
+        prometheus_url: str | None = None,
+        config_reason: str = "--config",
     ) -> None:
         self.config_path = config_path
+        self.config_reason = config_reason
+        """Why this config file (see :mod:`otel_bridge.cli.config_file`)."""
         self.ray_address = ray_address
         self.prometheus_url = prometheus_url
         self.checks: list[Check] = []

@@ -25,7 +25,13 @@ from __future__ import annotations
 
 
 class OtelBridgeError(Exception):
-    """Base class of every error raised by otel-bridge."""
+    """Base class of every error raised by otel-bridge.
+
+    ``cause``: the lower-level exception behind an expected failure (an unreachable server), kept for debugging
+    where the error is raised without chaining it, so its message is the one clear line a traceback ends with.
+    """
+
+    cause: BaseException | None = None
 
 
 class ConfigError(OtelBridgeError, ValueError):

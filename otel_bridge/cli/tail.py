@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from otel_bridge.cli.config_file import CONFIG_HELP, load_chosen_config
+from otel_bridge.cli.inputs import printable
 from otel_bridge.cli.output import CLEAR_SCREEN, HIDE_CURSOR, SHOW_CURSOR, colour, format_rows, format_value, use_colour
 from otel_bridge.cli.query import parse_duration
 from otel_bridge.config import RunConfig
@@ -50,12 +51,14 @@ def render(step: int, interval_s: float, values: dict[str, float], *, coloured: 
     health = sorted(k for k in values if k.startswith(HEALTH_PREFIX))
     parts = [header, ""]
     if infra:
-        parts.append(format_rows(["key", "value"], [[k, format_value(values[k])] for k in infra], right=(1,)))
+        parts.append(
+            format_rows(["key", "value"], [[printable(k), format_value(values[k])] for k in infra], right=(1,))
+        )
     else:
         parts.append("(no infrastructure values in this window: run otel-bridge doctor)")
     if health:
         problems = [k for k in health if values[k] > 0 and k != "otel_bridge/step"]
-        line = ", ".join(f"{k.removeprefix(HEALTH_PREFIX)}={format_value(values[k])}" for k in health)
+        line = ", ".join(f"{printable(k.removeprefix(HEALTH_PREFIX))}={format_value(values[k])}" for k in health)
         parts += ["", colour("health: " + line, "yellow" if problems else "dim", coloured)]
     parts += ["", colour("Ctrl-C to stop", "dim", coloured)]
     return "\n".join(parts) + "\n"

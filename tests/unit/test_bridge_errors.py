@@ -149,6 +149,8 @@ def test_prometheus_down_is_one_clear_traceback_with_the_cause_kept(tmp_path: Pa
     assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
     assert "During handling of the above exception" not in done.stderr
     assert "direct cause" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith(
-        f"otel_bridge.errors.PrometheusUnreachableError: cannot reach Prometheus at {url}/api/v1/query"
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"otel_bridge.errors.PrometheusUnreachableError: cannot reach Prometheus at {url}/api/v1/query")
     )

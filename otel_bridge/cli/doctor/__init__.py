@@ -41,6 +41,7 @@ from otel_bridge.cli.doctor.context import STATUSES, Check, DoctorContext, Statu
 from otel_bridge.cli.doctor.local import check_config, check_ray, check_run_dir, check_trackers
 from otel_bridge.cli.doctor.metrics import check_deprecated, check_endpoints, check_metrics
 from otel_bridge.cli.doctor.prometheus import check_boundaries, check_prometheus, check_prometheus_targets
+from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
 from otel_bridge.prometheus.exposition import ExpositionFamily
 
@@ -115,7 +116,7 @@ def render_table(checks: Sequence[Check], stream: TextIO, width: int | None = No
         text += "\n\nto fix:"
         for check in problems:
             name = colour(check.name, STATUS_COLOURS[check.status], coloured)
-            text += f"\n  {name}: {check.detail}\n    fix: {check.fix}"
+            text += f"\n  {name}: {printable(check.detail)}\n    fix: {printable(check.fix or '')}"
     failed = sum(c.status == "fail" for c in checks)
     warned = sum(c.status == "warn" for c in checks)
     if failed:
@@ -133,7 +134,7 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def _cut(text: str, limit: int | None) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -149,6 +150,8 @@ def as_json(context: DoctorContext) -> dict[str, Any]:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run the checks and print the table (or JSON); exit status 0 when nothing failed, else 1."""
     choice = choose_config(args.config)
+    if args.prometheus_url is not None:
+        check_url(args.prometheus_url, "--prometheus-url")
     context = DoctorContext(
         choice.path, ray_address=args.ray_address, prometheus_url=args.prometheus_url, config_reason=choice.reason
     )

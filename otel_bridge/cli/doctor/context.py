@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from otel_bridge.cli.inputs import without_url_passwords
 from otel_bridge.producers.metric_set import MetricQuery
 
 Status = Literal["pass", "fail", "warn", "skip"]
@@ -62,6 +63,7 @@ class DoctorContext:
     def _scrub(self, text: str | None) -> str | None:
         if text is None:
             return None
+        text = without_url_passwords(text)
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text

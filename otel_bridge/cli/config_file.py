@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from otel_bridge.config import ENV_CONFIG_FILE as CONFIG_ENV
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 
-CONFIG_ENV: Final = "OTEL_BRIDGE_CONFIG"
-"""The environment variable naming the config file when ``--config`` is not given."""
 DEFAULT_CONFIG: Final = Path("otel-bridge.yaml")
 """The file ``otel-bridge init`` writes, read from the current directory when nothing else names a config."""
 CONFIG_HELP: Final = f"otel-bridge config file (default: ${CONFIG_ENV}, else ./{DEFAULT_CONFIG} if it exists)"

@@ -243,7 +243,7 @@ def test_doctor_judges_the_step_lengths_of_the_configs_own_run(tmp_path: Path, p
     (runs / "mine").mkdir()
     records = [{"step": s, "time": 100.0 + 10 * s, "window_start": 90.0 + 10 * s} for s in range(4)]  # 10 s steps
     (runs / "mine" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    os.utime(runs / "short" / "metrics.jsonl")  # the short run is the newest
+    os.utime(runs / "mine" / "metrics.jsonl", (1_000_000, 1_000_000))  # the short run is the newest
     config = promql_config(prometheus, [{"name": "vllm:num_requests_running"}], run={"dir": str(runs), "name": "mine"})
     _, document = doctor_json(tmp_path, config)
     boundaries = check_named(document, "step boundaries")

@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # Stamps record which extras are installed, so repeated runs skip pip.
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[tensorboard]'
+	$(PIP) install -e '.[tensorboard,plot]'
 	@touch $@
 
 # torch first, pinned: the CPU build of 2.13.0 is on the machine image; an unpinned torch (pulled in by the

@@ -43,7 +43,13 @@ def redact_url_credentials(text: str) -> str:
 
 
 class OtelBridgeError(Exception):
-    """Base class of every error raised by otel-bridge. A URL's credentials never appear in its message."""
+    """Base class of every error raised by otel-bridge. A URL's credentials never appear in its message.
+
+    ``cause``: the lower-level exception behind an expected failure (an unreachable server), kept for debugging
+    where the error is raised without chaining it, so its message is the one clear line a traceback ends with.
+    """
+
+    cause: BaseException | None = None
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*(redact_url_credentials(a) if isinstance(a, str) else a for a in args))

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from otel_bridge import __version__
 from otel_bridge.cli.demo import TABLE_KEYS, format_table
 from otel_bridge.cli.demo import add_parser as add_demo
 from otel_bridge.cli.discover import add_parser as add_discover
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    parser.add_argument("-V", "--version", action="version", version=f"otel-bridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         add_demo,

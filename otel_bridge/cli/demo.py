@@ -146,6 +146,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n" + format_table(result.records) + "\n\n")
         out.write(f"records: {result.jsonl}\ntensorboard: {tensorboard_command(result.run_dir / 'tensorboard')}\n")
         out.write(f"cli: {cli_hint()}\n")
+        out.write(f"plot: otel-bridge plot {result.run_dir} -o {result.run_dir / 'plot.png'}\n")
     return 0
 
 

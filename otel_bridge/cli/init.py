@@ -18,11 +18,17 @@ from typing import Any, Final, TextIO
 
 import yaml
 
+from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.errors import ConfigError
+from otel_bridge.producers.presets import PRESETS as PRESET_METRICS
 
 DEFAULT_PATH: Final = Path("otel-bridge.yaml")
 TRACKERS: Final = ("jsonl", "tensorboard", "console", "wandb", "mlflow", "trackio")
-PRESETS: Final = ("vllm", "sglang", "ray")
+PRESETS: Final = tuple(PRESET_METRICS)
+"""Every preset the library ships (docs/configuration.md, "Presets")."""
+PASSWORD_ENV: Final = "PROMETHEUS_PASSWORD"
+"""The environment variable a config written from ``--prometheus http://user:password@host`` reads the password
+from: the password itself is never written."""
 
 _TRACKER_LINES: Final[dict[str, tuple[str, ...]]] = {
     "jsonl": ("- type: jsonl               # <run.dir>/<run.name>/metrics.jsonl, one JSON object per step",),
@@ -66,7 +72,9 @@ def add_parser(commands: Any) -> None:
         metavar="TYPE",
         help=f"a tracker (repeat; one of {', '.join(TRACKERS)}; default jsonl)",
     )
-    init.add_argument("--preset", choices=PRESETS, default="vllm", help="the metric set (default vllm)")
+    init.add_argument(
+        "--preset", choices=PRESETS, default="vllm", help=f"the metric set: {', '.join(PRESETS)} (default vllm)"
+    )
     init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
     init.set_defaults(run=run)
 
@@ -93,8 +101,10 @@ def starter_config(
     prometheus: str | None = None,
     trackers: Sequence[str] = ("jsonl",),
     preset: str = "vllm",
+    username: str | None = None,
 ) -> str:
-    """The commented YAML text ``otel-bridge init`` writes (exactly one of ``scrape`` / ``prometheus``)."""
+    """The commented YAML text ``otel-bridge init`` writes (exactly one of ``scrape`` / ``prometheus``); with
+    ``username``, basic auth whose password is read from ``$PROMETHEUS_PASSWORD``."""
     if bool(scrape) == (prometheus is not None):
         raise ConfigError("choose the path: --scrape HOST:PORT ... (read /metrics directly) or --prometheus URL")
     unknown = [t for t in trackers if t not in TRACKERS]
@@ -125,8 +135,18 @@ def starter_config(
                 "  scrape_interval_s: 15     # Prometheus' scrape interval until its targets list says otherwise",
                 "  boundary: auto            # scrape: exact step boundaries; samples: Prometheus' last sample",
                 "  timeout_s: 10",
-                "  # auth:                    # secrets come from an env variable or a file, never inline",
-                "  #   bearer_token_env: PROMETHEUS_TOKEN",
+                *(
+                    [
+                        "  auth:                      # secrets come from an env variable or a file, never inline",
+                        f"    username: {_scalar(username)}",
+                        f"    password_env: {PASSWORD_ENV}  # or password_file: /path/to/file",
+                    ]
+                    if username is not None
+                    else [
+                        "  # auth:                    # secrets come from an env variable or a file, never inline",
+                        "  #   bearer_token_env: PROMETHEUS_TOKEN",
+                    ]
+                ),
             ],
             promql,
         ),
@@ -219,15 +239,29 @@ def write_text_atomically(path: Path, text: str) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Write the starter config."""
     path: Path = args.path
-    if path.exists() and not args.force:
-        raise ConfigError(f"{path} exists; pass --force to overwrite it, or give another PATH")
+    shown = printable(str(path)) if len(str(path)) <= 120 else printable(str(path)[:117]) + "..."
+    prometheus, username, dropped_password = args.prometheus, None, False
+    if prometheus is not None and prometheus.strip() != "auto":
+        checked = check_url(prometheus, "--prometheus")
+        prometheus, username, dropped_password = checked.url, checked.username, checked.had_password
     text = starter_config(
-        scrape=args.scrape or (), prometheus=args.prometheus, trackers=args.tracker or ("jsonl",), preset=args.preset
+        scrape=args.scrape or (),
+        prometheus=prometheus,
+        trackers=args.tracker or ("jsonl",),
+        preset=args.preset,
+        username=username,
     )
     try:
+        if path.exists() and not args.force:
+            raise ConfigError(f"{shown} exists; pass --force to overwrite it, or give another PATH")
         write_text_atomically(path, text)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror}; choose a writable PATH") from None
+        raise ConfigError(f"cannot write {shown}: {exc.strerror}; choose a writable PATH") from None
     if not args.quiet:
-        out.write(f"wrote {path}\ncheck it: otel-bridge doctor --config {path}\n")
+        out.write(f"wrote {shown}\ncheck it: otel-bridge doctor --config {shown}\n")
+        if dropped_password:
+            out.write(
+                f"the password in --prometheus was not written: the config reads it from ${PASSWORD_ENV} "
+                f"(export {PASSWORD_ENV}=...), or set prometheus.auth.password_file\n"
+            )
     return 0

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final, TextIO
 
+from otel_bridge.cli.inputs import printable
+
 _ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _CODES: Final = {"red": "31", "green": "32", "yellow": "33", "dim": "2", "bold": "1"}
 STATUS_COLOURS: Final = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
@@ -77,7 +79,7 @@ def progress_bar(done: int, total: int, width: int = 30) -> str:
 
 def error_line(message: str) -> str:
     """One line for stderr: ``otel-bridge: <first line of the message>`` plus a hint when it had more lines."""
-    lines = [part.strip() for part in str(message).strip().splitlines() if part.strip()]
+    lines = [printable(part.strip()) for part in str(message).strip().splitlines() if part.strip()]
     if not lines:
         return "otel-bridge: failed (no message); run with --verbose for details"
     head = lines[0]

@@ -11,6 +11,10 @@ names), ``otel_bridge:title`` (the figure's title) and ``otel_bridge:layout`` (J
 ``group``, ``title``, ``axes`` (each ``side``, ``unit``, ``keys``, ``ylim``, ``bbox``) and ``legend`` (``labels``,
 ``bbox``, or ``null``)); a ``bbox`` is ``[left, top, right, bottom]`` in image pixels, as drawn.
 
+Which keys: ``--keys`` globs, else a view (``--view``, a name in :data:`VIEWS`: ``steps`` by default, the step-level
+keys; a view is added with :func:`add_view`), with the phases' keys on ``--phases``. Hostile record files are bounded
+(lines, keys, panels, lines a panel, values) and what is left out is said on stderr, escaped.
+
 matplotlib is an optional dependency (``pip install 'otel-bridge[plot]'``), imported only here.
 """
 
@@ -23,17 +27,33 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from otel_bridge.cli.inputs import printable
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.naming import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY
 
 _log = logging.getLogger(__name__)
 RECORD_FIELDS = frozenset({"step", "time", "window_start", "_notes"})
 PLOT_EXTRA_HINT = "pip install 'otel-bridge[plot]'"
+MIN_PIXELS, MAX_PIXELS = 100, 8000
+"""The smallest and largest ``--width`` / ``--height``."""
+ROW_PIXELS = 280
+"""Default height of a row of panels (the image grows with the panels)."""
+MAX_PANELS = 36
+"""The most panels one image holds; further key groups are left out, named on stderr."""
+MAX_LINES = 12
+"""The most lines one panel draws; further keys of its group are left out, counted on stderr."""
+MAX_KEYS = 20_000
+"""The most distinct keys read from a file; further keys are left out, counted on stderr."""
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""A longer record line is skipped (a record of 100,000 keys is about 5 MB: it is skipped, named on stderr)."""
+MAX_ABS_VALUE = 1e300
+"""Larger values (and steps outside 0..2**53) are left out: matplotlib cannot scale an axis around them."""
+MAX_STEP = 2**53
 
 
 def add_parser(commands: Any) -> None:
@@ -51,11 +71,53 @@ def add_parser(commands: Any) -> None:
         metavar="PATTERN",
         help="keys or glob patterns, e.g. 'rollout/vllm/*' actor/loss (default: every key but otel_bridge/*)",
     )
+    plot.add_argument(
+        "--view",
+        choices=sorted(VIEWS),
+        default=DEFAULT_VIEW,
+        help=f"which keys to plot when --keys is not given (default {DEFAULT_VIEW}): "
+        + "; ".join(f"{name}: {view.help}" for name, view in sorted(VIEWS.items())),
+    )
+    plot.add_argument(
+        "--phases", action="store_true", help="also draw the phases' statistics beside their step's (phase/*)"
+    )
     plot.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
-    plot.add_argument("--width", type=int, default=1200, help="image width in pixels (default 1200)")
-    plot.add_argument("--height", type=int, default=800, help="image height in pixels (default 800)")
+    plot.add_argument(
+        "--width", type=int, default=1200, help=f"image width in pixels, {MIN_PIXELS}-{MAX_PIXELS} (default 1200)"
+    )
+    plot.add_argument(
+        "--height",
+        type=int,
+        default=None,
+        help=f"image height in pixels, {MIN_PIXELS}-{MAX_PIXELS} (default: {ROW_PIXELS} per row of panels)",
+    )
     plot.add_argument("--title", help="the figure's title (default: the run's name)")
     plot.set_defaults(run=run)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A named choice of keys (``--view``): ``wants(key)`` says whether the view plots ``key``."""
+
+    help: str
+    wants: Callable[[str], bool]
+
+
+def _step_level(key: str) -> bool:
+    return not key.startswith(("otel_bridge/", "phase/"))
+
+
+VIEWS: dict[str, View] = {
+    "steps": View("every step-level key (not phase/*, not otel_bridge/*)", _step_level),
+    "health": View("the bridge's own health keys (otel_bridge/*)", lambda key: key.startswith("otel_bridge/")),
+}
+"""The views of ``--view``. A view is added here with :func:`add_view` (e.g. a GPU view: the GPU keys)."""
+DEFAULT_VIEW = "steps"
+
+
+def add_view(name: str, help_text: str, wants: Callable[[str], bool]) -> None:
+    """Register a ``--view NAME`` that plots the keys ``wants`` accepts (phases with ``--phases``)."""
+    VIEWS[name] = View(help_text, wants)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,47 +138,88 @@ def jsonl_path(source: Path) -> Path:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file; an undecodable line (e.g. one being written) is skipped with a warning."""
+    """The step records of a JSONL file. A line that is not a step record is skipped with one warning naming it:
+    not UTF-8, not JSON (or nested too deep to read), longer than 4 MiB, or without an integer ``step`` in
+    0..2**53."""
     records = []
-    with path.open(encoding="utf-8") as lines:
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                _log.warning("%s:%d is not JSON (%s); skipping that line", path, lineno, exc.msg)
-                continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
-                records.append(record)
-            else:
-                _log.warning("%s:%d is not a step record (no integer 'step'); skipping that line", path, lineno)
+    skipped: dict[str, list[int]] = {}
+    with path.open("rb") as lines:
+        for lineno, raw in enumerate(lines, 1):
+            why = None
+            if len(raw) > MAX_LINE_BYTES:
+                why = "longer than 4 MiB"
+            elif raw.strip():
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    why = "not UTF-8"
+                except (json.JSONDecodeError, RecursionError, ValueError):
+                    why = "not JSON"
+                else:
+                    step = record.get("step") if isinstance(record, dict) else None
+                    if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_STEP:
+                        records.append(record)
+                    else:
+                        why = "not a step record (no integer 'step' in 0..2**53)"
+            if why is not None:
+                skipped.setdefault(why, []).append(lineno)
+    for why, linenos in skipped.items():
+        shown = ", ".join(map(str, linenos[:5])) + (", ..." if len(linenos) > 5 else "")
+        _log.warning("%s: %d line(s) %s skipped (line %s)", printable(str(path)), len(linenos), why, shown)
     if not records:
-        raise ConfigError(f"{path} holds no step records; run the training (or otel-bridge demo) first")
+        raise ConfigError(f"{printable(str(path))} holds no step records; run the training (or otel-bridge demo) first")
     return records
 
 
-def select_series(records: Sequence[dict[str, Any]], patterns: Sequence[str] | None) -> list[Series]:
-    """The numeric keys matching ``patterns`` (globs; default: every key but ``otel_bridge/*``), sorted."""
-    keys = sorted(
-        {
-            k
-            for r in records
-            for k, v in r.items()
-            if k not in RECORD_FIELDS and isinstance(v, int | float) and not isinstance(v, bool)
-        }
-    )
+def _number(value: object) -> float | None:
+    """``value`` as a plottable number: an int or float within ±1e300 (not a bool, not NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range (10**400)
+        return None
+    return number if math.isfinite(number) and abs(number) <= MAX_ABS_VALUE else None
+
+
+def select_series(
+    records: Sequence[dict[str, Any]],
+    patterns: Sequence[str] | None,
+    *,
+    view: str = DEFAULT_VIEW,
+    phases: bool = False,
+) -> list[Series]:
+    """The numeric keys matching ``patterns`` (globs), else those of ``view`` (with the phases' keys when
+    ``phases``), sorted. At most :data:`MAX_KEYS` distinct keys are read; the others are counted on stderr."""
+    seen: set[str] = set()
+    over = 0
+    for record in records:
+        for k, v in record.items():
+            if k in RECORD_FIELDS or k in seen or not isinstance(v, int | float) or isinstance(v, bool):
+                continue
+            if len(seen) < MAX_KEYS:
+                seen.add(k)
+            else:
+                over += 1
+    if over:
+        _log.warning("the records have more than %d keys; %d key occurrence(s) left out", MAX_KEYS, over)
+    keys = sorted(seen)
     if patterns:
         chosen = [k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
     else:
-        chosen = [k for k in keys if not k.startswith("otel_bridge/")]
+        wants = VIEWS[view].wants
+        chosen = [k for k in keys if wants(phase_of(k)[1] if phases else k) and (phases or not k.startswith("phase/"))]
     if not chosen:
-        sample = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
-        raise ConfigError(f"no key matches {list(patterns or [])}; the records have: {sample or 'no numeric keys'}")
+        sample = ", ".join(printable(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "")
+        wanted = list(patterns) if patterns else f"view {view}"
+        raise ConfigError(f"no key matches {wanted}; the records have: {sample or 'no numeric keys'}")
     out = []
     for key in chosen:
-        points = [(r["step"], float(r[key])) for r in records if key in r and math.isfinite(float(r[key]))]
-        out.append(Series(key, tuple(p[0] for p in points), tuple(p[1] for p in points)))
+        points = [(r["step"], n) for r in records if (n := _number(r.get(key))) is not None]
+        if points:
+            out.append(Series(key, tuple(p[0] for p in points), tuple(p[1] for p in points)))
+    if not out:
+        raise ConfigError("no plottable values: every value of the chosen keys is beyond ±1e300 or not a number")
     return out
 
 
@@ -244,9 +347,15 @@ def _unit_rank(unit: str | None) -> int:
 
 
 def layout_panels(groups: dict[str, list[Series]]) -> list[Panel]:
-    """One axis per unit, two axes per panel (a group with more units continues in the next panel)."""
+    """One axis per unit, two axes per panel (a group with more units continues in the next panel); at most
+    :data:`MAX_LINES` lines a panel (the step's keys first, then the phases'), the others counted on stderr."""
     panels = []
+    left_out = 0
     for name, members in groups.items():
+        if len(members) > MAX_LINES:
+            ordered = sorted(members, key=lambda m: phase_of(m.key)[0] is not None)
+            left_out += len(members) - MAX_LINES
+            members = [m for m in members if m in ordered[:MAX_LINES]]
         histogram = _is_histogram(members)
         by_unit: dict[str | None, list[Series]] = {}
         for member in members:
@@ -255,11 +364,38 @@ def layout_panels(groups: dict[str, list[Series]]) -> list[Panel]:
         for first in range(0, len(axes), 2):
             chunk = tuple(axes[first : first + 2])
             keys = [m.key for axis in chunk for m in axis.members]
-            title = keys[0] if len(keys) == 1 else name
+            bases = {phase_of(key)[1] for key in keys}
+            if len(keys) == 1:
+                title = keys[0]
+            elif len(bases) == 1 and name != PHASES_GROUP:  # one key and its phases: named after the key
+                title = next(iter(bases))
+            else:
+                title = name
             if first and len(keys) > 1:
                 title += f" ({chunk[0].unit})"
             panels.append(Panel(name, title, chunk))
+    if left_out:
+        _log.warning("%d key(s) left out: at most %d lines a panel; choose them with --keys", left_out, MAX_LINES)
     return panels
+
+
+def cap_panels(panels: list[Panel]) -> list[Panel]:
+    """At most :data:`MAX_PANELS` panels; the key groups left out are counted on stderr."""
+    if len(panels) <= MAX_PANELS:
+        return panels
+    kept = panels[:MAX_PANELS]
+    kept_groups = {p.group for p in kept}
+    dropped = [group for group in dict.fromkeys(p.group for p in panels[MAX_PANELS:]) if group not in kept_groups]
+    groups = len(dropped)
+    _log.warning(
+        "%d panels are too many for one image: the first %d are drawn, %d key group(s) left out (e.g. %s); "
+        "choose them with --keys",
+        len(panels),
+        MAX_PANELS,
+        groups,
+        printable(dropped[0]) if dropped else "-",
+    )
+    return kept
 
 
 def render_png(panels: Sequence[Panel], output: Path, width: int, height: int, title: str) -> None:
@@ -314,7 +450,7 @@ def _draw_panel(ax: Any, panel: Panel, panel_width: int, *, lowest: bool) -> tup
     ax.set_title(_fit(panel.title, chars=int(panel_width / 7.5)), fontsize=9)
     axes = [ax] if len(panel.axes) == 1 else [ax, ax.twinx()]
     handles = []
-    colours = iter(f"C{i % 10}" for i in range(len(panel.keys)))
+    colours = iter(_colours(len(panel.keys)))
     for axis, target in zip(panel.axes, axes, strict=True):
         for member in axis.members:
             label = _label(member.key, panel)
@@ -335,6 +471,15 @@ def _draw_panel(ax: Any, panel: Panel, panel_width: int, *, lowest: bool) -> tup
                     handle.set_label(f"{handle.get_label()} (right)")
         legend = _place_legend(ax, handles, [h.get_label() for h in handles], min(3, len(handles)), lowest=lowest)
     return axes, legend
+
+
+def _colours(count: int) -> list[Any]:
+    """``count`` colours, none repeated up to 20: tab20's strong shades first, then its light ones."""
+    from matplotlib import colormaps
+
+    palette = list(getattr(colormaps["tab20"], "colors"))  # noqa: B009 - a ListedColormap's colours (untyped)
+    ordered = palette[0::2] + palette[1::2]
+    return [ordered[i % len(ordered)] for i in range(count)]
 
 
 def _place_legend(ax: Any, handles: Sequence[Any], labels: Sequence[str], ncols: int, *, lowest: bool) -> Any:
@@ -438,12 +583,25 @@ def _fit(name: str, *, chars: int) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Read the records, group the keys and write the PNG."""
-    if args.width < 100 or args.height < 100:
-        raise ConfigError(f"--width and --height must be at least 100 pixels, got {args.width}x{args.height}")
+    sizes = [args.width] + ([args.height] if args.height is not None else [])
+    if not all(MIN_PIXELS <= size <= MAX_PIXELS for size in sizes):
+        shown = f"{args.width}x{args.height if args.height is not None else 'auto'}"
+        raise ConfigError(f"--width and --height must be {MIN_PIXELS} to {MAX_PIXELS} pixels, got {shown}")
     path = jsonl_path(args.source)
-    panels = layout_panels(group_series(select_series(read_records(path), args.keys)))
-    render_png(panels, args.output, args.width, args.height, args.title or run_name(path))
+    series = select_series(read_records(path), args.keys, view=args.view, phases=args.phases)
+    panels = cap_panels(layout_panels(group_series(series)))
+    height = args.height if args.height is not None else default_height(len(panels))
+    title = args.title or run_name(path)
+    render_png(panels, args.output, args.width, height, title)
     if not args.quiet:
-        titles = ", ".join(p.title for p in panels)
-        out.write(f"wrote {args.output} ({args.width}x{args.height}, {len(panels)} panels: {titles})\n")
+        titles = printable(", ".join(p.title for p in panels))
+        if len(titles) > 300:
+            titles = titles[:297] + "..."
+        out.write(f"wrote {printable(str(args.output))} ({args.width}x{height}, {len(panels)} panels: {titles})\n")
     return 0
+
+
+def default_height(panels: int) -> int:
+    """The image height for ``panels`` panels: :data:`ROW_PIXELS` a row of three, plus the title."""
+    rows = math.ceil(panels / min(3, max(panels, 1)))
+    return min(MAX_PIXELS, 60 + rows * ROW_PIXELS)

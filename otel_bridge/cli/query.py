@@ -14,10 +14,12 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from opentelemetry.sdk.metrics.export import Metric
 
+from otel_bridge.cli.config_file import CONFIG_HELP, load_chosen_config
+from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.cli.output import format_rows, format_value
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
@@ -32,6 +34,10 @@ from otel_bridge.window import StepWindow
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+MAX_DURATION_S: Final = 366 * 86400.0
+"""The longest duration a command takes (``--window``, ``--interval``, ``--at -D``): a year."""
+LAST_TIME_S: Final = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+"""The latest time ``--at`` takes (the last second a timestamp can show)."""
 
 
 def add_parser(commands: Any) -> None:
@@ -44,7 +50,7 @@ def add_parser(commands: Any) -> None:
         "expression (evaluated as is at AT; $window stands for the window's length).",
     )
     query.add_argument("expr", metavar="EXPR", help="metric name, configured key, or PromQL expression")
-    query.add_argument("--config", type=Path, help="otel-bridge config file")
+    query.add_argument("--config", type=Path, help=CONFIG_HELP)
     query.add_argument("--prometheus-url", help="Prometheus base URL (default: prometheus.url of the config)")
     query.add_argument("--window", default="30s", help="window length: 30s, 500ms, 5m, 1h (default 30s)")
     query.add_argument("--at", default="now", help="window end: now, unix seconds, ISO 8601, or -5m (default now)")
@@ -58,8 +64,13 @@ def parse_duration(text: str, option: str = "--window") -> float:
     """``30s`` / ``500ms`` / ``5m`` / ``1h`` / ``12.5`` (seconds) in seconds; :class:`ConfigError` otherwise."""
     match = _DURATION.match(text.strip())
     if match is None or float(match.group(1)) <= 0:
-        raise ConfigError(f"{option} {text!r} is not a positive duration; use e.g. 30s, 500ms, 5m or 2.5")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        raise ConfigError(
+            f"{option} {printable(text)[:60]!r} is not a positive duration; use e.g. 30s, 500ms, 5m or 2.5"
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_DURATION_S:
+        raise ConfigError(f"{option} {text[:60]!r} is longer than a year; use at most {MAX_DURATION_S / 3600:g}h")
+    return seconds
 
 
 def parse_time(text: str, now: float | None = None) -> float:
@@ -71,14 +82,22 @@ def parse_time(text: str, now: float | None = None) -> float:
     if value.startswith("-"):
         return now - parse_duration(value[1:], "--at")
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not 0 <= seconds <= LAST_TIME_S:  # also nan and inf
+            raise ConfigError(
+                f"--at {printable(text)[:60]!r} is not a time between 1970 and 9999 in unix seconds; use now, -5m, "
+                "unix seconds or ISO 8601 (2026-01-31T12:00:00Z)"
+            )
+        return seconds
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(
-            f"--at {text!r} is not a time; use now, -5m, unix seconds or ISO 8601 (2026-01-31T12:00:00Z)"
+            f"--at {printable(text)[:60]!r} is not a time; use now, -5m, unix seconds or ISO 8601 "
+            "(2026-01-31T12:00:00Z)"
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
@@ -88,6 +107,8 @@ def parse_time(text: str, now: float | None = None) -> float:
 def command_client(config: BridgeConfig, url: str | None = None) -> PrometheusClient:
     """The Prometheus a command talks to: ``url`` (``--prometheus-url``; default: the config's ``prometheus.url``,
     discovered when ``auto``), with the config's auth and TLS."""
+    if url is not None:
+        check_url(url, "--prometheus-url")
     if url is None and config.prometheus.url is None:
         raise ConfigError(
             "no Prometheus to ask: pass --prometheus-url URL, set prometheus.url in the config, or set "
@@ -133,7 +154,7 @@ def metric_rows(metrics: list[Metric], prefix: str | None = "rollout") -> list[l
             stat = attributes.pop(STAT_ATTRIBUTE, "")
             labels = ",".join(f"{k}={v}" for k, v in sorted(attributes.items()))
             key = metric.name if prefix is None else infra_key(metric.name, stat or None, attributes, prefix=prefix)
-            rows.append([key, stat or "-", labels or "-", format_value(float(point.value))])
+            rows.append([printable(key), stat or "-", printable(labels) or "-", format_value(float(point.value))])
     return rows
 
 
@@ -161,14 +182,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     window_s = parse_duration(args.window)
     at = parse_time(args.at)
-    config = BridgeConfig.load(args.config)
+    if at - window_s < 0:
+        raise ConfigError(f"--window {args.window} reaches back before 1970 from --at {args.at}; shorten --window")
+    config = load_chosen_config(args)
     query = build_query(args.expr, config, args)
     client = command_client(config, args.prometheus_url)
     span = f"over ({_iso(at - window_s)}, {_iso(at)}] = {format_value(window_s)}s, from {client.url}"
     missing = unknown_name(client, query)
     if missing is not None:
         client.close()
-        out.write(f"{query.name} {span}\n\nno series matched: {missing}\n")
+        out.write(f"{query.name} {span}\n\nno series matched: {printable(missing)}\n")
         return 1
     producer = PromQLProducer(client, [query], scrape_interval_s=config.prometheus.scrape_interval_s)
     try:
@@ -179,7 +202,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         resolved = producer.queries[0]
     finally:
         producer.close()
-    what = f"PromQL {args.expr}" if resolved.promql is not None else f"{resolved.name} ({resolved.kind})"
+    what = f"PromQL {printable(args.expr)}" if resolved.promql is not None else f"{resolved.name} ({resolved.kind})"
     out.write(f"{what} {span}\n\n")
     if not rows:
         out.write("no series matched in this window: check the name and labels (otel-bridge doctor lists them)\n")

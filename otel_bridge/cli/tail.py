@@ -17,9 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from otel_bridge.cli.config_file import CONFIG_HELP, load_chosen_config
+from otel_bridge.cli.inputs import printable
 from otel_bridge.cli.output import CLEAR_SCREEN, HIDE_CURSOR, SHOW_CURSOR, colour, format_rows, format_value, use_colour
 from otel_bridge.cli.query import parse_duration
-from otel_bridge.config import BridgeConfig, RunConfig
+from otel_bridge.config import RunConfig
 from otel_bridge.errors import ConfigError
 
 HEALTH_PREFIX = "otel_bridge/"
@@ -33,7 +35,7 @@ def add_parser(commands: Any) -> None:
         description="Refresh a table of the configured metrics' window statistics every INTERVAL (each refresh "
         "shows the window that just ended), without a training loop. Ctrl-C stops it.",
     )
-    tail.add_argument("--config", type=Path, help="otel-bridge config file (default: defaults + environment)")
+    tail.add_argument("--config", type=Path, help=CONFIG_HELP)
     tail.add_argument("--interval", default="2s", help="window length and refresh interval (default 2s)")
     tail.add_argument("--count", type=int, default=None, help="stop after this many refreshes (default: never)")
     tail.set_defaults(run=run)
@@ -49,12 +51,14 @@ def render(step: int, interval_s: float, values: dict[str, float], *, coloured: 
     health = sorted(k for k in values if k.startswith(HEALTH_PREFIX))
     parts = [header, ""]
     if infra:
-        parts.append(format_rows(["key", "value"], [[k, format_value(values[k])] for k in infra], right=(1,)))
+        parts.append(
+            format_rows(["key", "value"], [[printable(k), format_value(values[k])] for k in infra], right=(1,))
+        )
     else:
         parts.append("(no infrastructure values in this window: run otel-bridge doctor)")
     if health:
         problems = [k for k in health if values[k] > 0 and k != "otel_bridge/step"]
-        line = ", ".join(f"{k.removeprefix(HEALTH_PREFIX)}={format_value(values[k])}" for k in health)
+        line = ", ".join(f"{printable(k.removeprefix(HEALTH_PREFIX))}={format_value(values[k])}" for k in health)
         parts += ["", colour("health: " + line, "yellow" if problems else "dim", coloured)]
     parts += ["", colour("Ctrl-C to stop", "dim", coloured)]
     return "\n".join(parts) + "\n"
@@ -67,10 +71,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     interval_s = parse_duration(args.interval, "--interval")
     if args.count is not None and args.count < 1:
         raise ConfigError(f"--count must be at least 1, got {args.count}")
-    config = BridgeConfig.load(args.config)
+    config = load_chosen_config(args)
     if config.resolved_source() is None or not config.metrics:
         raise ConfigError(
-            "tail needs infrastructure metrics: configure metrics and prometheus.url or scrape.targets (see --config)"
+            "tail needs an infrastructure source and metrics: set prometheus.url or scrape.targets and metrics in "
+            "the config (otel-bridge init writes one; see --config)"
         )
     interactive = out.isatty()
     coloured = use_colour(out)

@@ -8,7 +8,14 @@
 The bottom of the house: nothing here imports a part of otel_bridge that sits above it (README: Configuration).
 """
 
-from otel_bridge.config.load import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, apply_env_overrides, read_yaml
+from otel_bridge.config.load import (
+    AUTO,
+    ENV_CONFIG_FILE,
+    ENV_PREFIX,
+    ENV_PROMETHEUS_URL,
+    apply_env_overrides,
+    read_yaml,
+)
 from otel_bridge.config.messages import format_validation_error
 from otel_bridge.config.model import (
     AuthConfig,
@@ -32,6 +39,7 @@ from otel_bridge.config.model import (
 
 __all__ = [
     "AUTO",
+    "ENV_CONFIG_FILE",
     "ENV_PREFIX",
     "ENV_PROMETHEUS_URL",
     "AuthConfig",

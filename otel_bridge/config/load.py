@@ -26,6 +26,8 @@ from otel_bridge.errors import ConfigError
 
 ENV_PREFIX = "OTEL_BRIDGE__"
 ENV_PROMETHEUS_URL = "OTEL_BRIDGE_PROMETHEUS_URL"
+ENV_CONFIG_FILE = "OTEL_BRIDGE_CONFIG"
+"""The config file the CLI commands and verl's setup hook read when no config is passed (docs/cli.md, docs/verl.md)."""
 AUTO = "auto"
 
 

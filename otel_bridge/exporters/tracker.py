@@ -5,7 +5,9 @@ Flattening rules (all key rules live in :mod:`otel_bridge.exporters.naming`):
 - scope ``otel_bridge.window``: the step and its window (not a key); the step's flags come beside the data
   (:class:`~otel_bridge.exporters.record.StepFlags`) and become the record's notes;
 - scope ``otel_bridge.infrastructure``: ``<prefix>/<metric name with ':' as '/'>/<stat>[/<label>.<value>...]``;
-- scope ``otel_bridge.trainer`` (``bridge.log()``): the trainer's own keys, as given (made valid for every backend);
+- scope ``otel_bridge.trainer`` (``bridge.log()``): the trainer's own keys, as given; a backend with a ``key_rule``
+  (:class:`~otel_bridge.exporters.naming.KeyRule`: MLflow, wandb) receives the keys it cannot take renamed, and the
+  record's notes say which;
 - scope ``otel_bridge.phase``: ``phase/<phase>/seconds`` and ``phase/<phase>/<infrastructure key>`` (the phase's
   window statistics, keyed as the step's are);
 - scope ``otel_bridge.health``: ``otel_bridge/...`` keys;
@@ -27,6 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
@@ -46,6 +49,8 @@ from otel_bridge.exporters.naming import (
     OUTSIDE_PHASES_KEY,
     STEP_SECONDS_KEY,
     KeyRegistry,
+    KeyRule,
+    TrackerKeys,
     infra_key,
     instrument_key,
     phase_key,
@@ -113,6 +118,11 @@ class TrackerExporter(MetricExporter):
             raise ValueError(f"tracker backends need distinct names, got {names}")
         for backend in backends:
             self._health.count(BACKEND_ERRORS, 0.0, labels={"backend": backend.name})
+        self._tracker_keys: dict[str, TrackerKeys] = {
+            backend.name: TrackerKeys(rule)
+            for backend in backends
+            if isinstance(rule := getattr(backend, "key_rule", None), KeyRule)
+        }
         self._workers = [
             BackendWorker(
                 backend,
@@ -151,7 +161,8 @@ class TrackerExporter(MetricExporter):
             if self._closed:
                 raise RuntimeError("TrackerExporter is shut down")
             for worker in self._workers:
-                worker.submit(record)
+                keys = self._tracker_keys.get(worker.name)
+                worker.submit(record if keys is None else replace(record, values=keys.rename(record.values)))
 
     @property
     def forked(self) -> bool:
@@ -192,6 +203,7 @@ class TrackerExporter(MetricExporter):
             + ((INFRA_DROPPED_NOTE,) if flags.infra_dropped else ())
             + ((INFRA_LATE_NOTE,) if flags.infra_late else ())
             + ((INTERRUPTED_NOTE,) if flags.interrupted else ())
+            + tuple(note for keys in self._tracker_keys.values() if (note := keys.note(values)) is not None)
         )
         return StepRecord(step=step, values=values, time=end, window_start=start, notes=notes)
 

@@ -82,7 +82,9 @@ class TransportError(Exception):
     """An HTTP exchange failed. ``reason`` says why, without credentials; callers turn it into a typed error.
 
     ``timed_out``: a timeout or the deadline ended it. ``tls``: ``"verify"`` (certificate verification failed) or
-    ``"handshake"`` (another TLS failure). ``status_code``: the answer's status, when one arrived.
+    ``"handshake"`` (another TLS failure). ``status_code``: the answer's status, when one arrived. ``cause``: the
+    requests/urllib3 exception behind it, kept for debugging; it is raised ``from None``, so a traceback does not
+    repeat that chain.
     """
 
     def __init__(
@@ -94,8 +96,10 @@ class TransportError(Exception):
         status_code: int | None = None,
         timed_out: bool = False,
         tls: Literal["verify", "handshake"] | None = None,
+        cause: BaseException | None = None,
     ) -> None:
         super().__init__(f"{url}: {reason}")
+        self.cause = cause
         self.kind: FailureKind = kind
         self.reason = reason
         self.url = url
@@ -264,7 +268,7 @@ class Transport:
                 )
             except requests.TooManyRedirects as exc:
                 _log.info("%s %s failed: more than %d redirects", method, url, MAX_REDIRECTS)
-                raise TransportError("redirects", f"more than {MAX_REDIRECTS} redirects", url=url) from exc
+                raise TransportError("redirects", f"more than {MAX_REDIRECTS} redirects", url=url, cause=exc) from None
             except requests.RequestException as exc:
                 reason = self.scrub(describe_transport_error(exc, timeout, deadline))
                 _log.info("%s %s failed: %s", method, url, reason)
@@ -272,11 +276,11 @@ class Transport:
                 by_deadline = deadline.expired and not _is_timeout(chain)
                 timed_out = by_deadline or _is_timeout(chain)
                 tls = None if by_deadline else _tls(chain)
-                raise TransportError("unreachable", reason, url=url, timed_out=timed_out, tls=tls) from exc
+                raise TransportError("unreachable", reason, url=url, timed_out=timed_out, tls=tls, cause=exc) from None
             except ValueError as exc:  # a malformed answer requests cannot follow (Location: http://[::1, ...)
                 reason = self.scrub(truncate(one_line(f"{type(exc).__name__}: {exc}"), _REASON_CHARS))
                 _log.info("%s %s failed: %s", method, url, reason)
-                raise TransportError("malformed", reason, url=url) from exc
+                raise TransportError("malformed", reason, url=url, cause=exc) from None
             with response:
                 body = self._read_body(response, url, timeout, deadline)
                 deadline.finish()
@@ -307,12 +311,12 @@ class Transport:
                     raise self._too_large(url, status, f"more than {limit} bytes arrived")
         except requests.exceptions.ContentDecodingError as exc:
             encoding = response.headers.get("Content-Encoding")
-            raise TransportError("undecodable", f"{encoding}", url=url, status_code=status) from exc
+            raise TransportError("undecodable", f"{encoding}", url=url, status_code=status, cause=exc) from None
         except (requests.RequestException, ValueError) as exc:
             if deadline.expired:
                 reason = f"the answer did not finish within {timeout:g}s (deadline)"
                 _log.info("reading the response of %s failed after %d bytes: %s", url, len(body), reason)
-                raise TransportError("lost", reason, url=url, status_code=status, timed_out=True) from exc
+                raise TransportError("lost", reason, url=url, status_code=status, timed_out=True, cause=exc) from None
             if isinstance(exc, requests.exceptions.ChunkedEncodingError):
                 expected = f" of the {declared} announced" if declared is not None else ""
                 received = next(
@@ -320,13 +324,15 @@ class Transport:
                     len(body),
                 )
                 _log.info("reading the response of %s failed after %d bytes: %s", url, received, exc)
-                raise TransportError("cut_off", f"{received}{expected}", url=url, status_code=status) from exc
+                raise TransportError(
+                    "cut_off", f"{received}{expected}", url=url, status_code=status, cause=exc
+                ) from None
             reason = self.scrub(describe_transport_error(exc, timeout))
             _log.info("reading the response of %s failed: %s", url, reason)
             chain = _exception_chain(exc)
             raise TransportError(
-                "lost", reason, url=url, status_code=status, timed_out=_is_timeout(chain), tls=_tls(chain)
-            ) from exc
+                "lost", reason, url=url, status_code=status, timed_out=_is_timeout(chain), tls=_tls(chain), cause=exc
+            ) from None
         return bytes(body)
 
     def _too_large(self, url: str, status: int, detail: str) -> TransportError:

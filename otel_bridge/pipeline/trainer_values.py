@@ -8,8 +8,9 @@
   object whose ``__float__`` raises) is left out with one rate-limited WARNING naming the key, and counted in
   ``otel_bridge/skipped_values``; the rest of the dict is recorded.
 - A key in the bridge's own namespace (``otel_bridge`` or ``otel_bridge/...``: its health keys and wandb's step axis
-  ``otel_bridge/step``) raises :class:`~otel_bridge.errors.ReservedKeyError` at the call: a tracker would otherwise
-  reject every record, or the trainer's value would overwrite the bridge's.
+  ``otel_bridge/step``), in the record or as a tracker renames it (wandb's ``_otel_bridge/x`` is ``otel_bridge/x``),
+  raises :class:`~otel_bridge.errors.ReservedKeyError` at the call: a tracker would otherwise reject every record, or
+  the trainer's value would overwrite the bridge's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from otel_bridge.errors import InvalidStepError, ReservedKeyError
-from otel_bridge.exporters.naming import trainer_key
+from otel_bridge.exporters.naming import MLFLOW_KEYS, TRACKIO_KEYS, WANDB_KEYS, trainer_key
 from otel_bridge.health import NONFINITE_VALUES, SKIPPED_VALUES, Health
 from otel_bridge.ratelimit import RateLimitedLogger
 
@@ -54,14 +55,16 @@ def check_step(step: object, call: str = "log") -> int:
 @functools.lru_cache(maxsize=4096)  # a trainer logs the same keys every step: name each once, not per call
 def _is_reserved(key: str) -> bool:
     named = trainer_key(key)
-    return named == RESERVED_NAMESPACE or named.startswith(RESERVED_NAMESPACE + "/")
+    # in the record, or in a tracker that renames it (wandb drops a leading '_')
+    names = {named, *(rule.rename(named) for rule in (WANDB_KEYS, TRACKIO_KEYS, MLFLOW_KEYS))}
+    return any(name == RESERVED_NAMESPACE or name.startswith(RESERVED_NAMESPACE + "/") for name in names)
 
 
 def check_keys(metrics: Mapping[Any, Any]) -> None:
     """:class:`ReservedKeyError` when a key of ``metrics`` is in the bridge's own namespace (see the module)."""
     for key in metrics:
         if _is_reserved(str(key)):
-            named = trainer_key(str(key))
+            named = trainer_key(str(key)).lstrip("_")
             raise ReservedKeyError(
                 f"log(): the trainer metric {str(key)[:200]!r} is named in otel-bridge's own namespace "
                 f"'{RESERVED_NAMESPACE}/' (its health keys and wandb's step axis '{RESERVED_NAMESPACE}/step'); "

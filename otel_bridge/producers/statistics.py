@@ -289,28 +289,32 @@ def histogram_statistic(
 ) -> float | None:
     """A histogram statistic from the increases of its buckets, ``_sum`` and ``_count`` during the window.
 
-    ``count`` is the number of observations made during the window, ``sum`` their total, ``mean`` their average
-    (NaN when there were none), ``pNN`` the quantile (NaN when there were none): Prometheus' ``histogram_quantile``
+    ``count`` is the number of observations made during the window, ``sum`` their total, ``mean`` their average,
+    ``pNN`` the quantile: Prometheus' ``histogram_quantile``
     estimate, moved into the interval :func:`quantile_bounds` proves from the buckets and ``_sum`` when it lies
     outside (then it is that interval's nearest end, e.g. the largest value the quantile can have). The bound is not
-    applied when ``_count`` and the ``+Inf`` bucket disagree (they do not count the same observations).
+    applied when ``_count`` and the ``+Inf`` bucket disagree (they do not count the same observations). ``mean`` and
+    ``pNN`` of a window without observations are ``None`` (no value, where Prometheus says NaN): an empty window is
+    not a non-finite value, so it is not counted in ``otel_bridge/nonfinite_values``; NaN samples still give NaN.
     """
     if stat == "count":
         return count_delta
     if stat == "sum":
         return sum_delta
     if stat == "mean":
-        if sum_delta is None or count_delta is None:
+        if sum_delta is None or count_delta is None or count_delta == 0:
             return None
-        return sum_delta / count_delta if count_delta > 0 else math.nan
+        return sum_delta / count_delta
     q = quantile_of(stat)
     if q is None:
         raise ValueError(f"unknown histogram statistic {stat!r}; allowed: {allowed_stats('histogram')}")
     buckets = list(bucket_deltas)
+    observations = math.fsum(count for upper, count in buckets if upper == math.inf)
+    if observations == 0 or count_delta == 0:
+        return None
     estimate = histogram_quantile(q, buckets)
     if math.isnan(estimate):
         return estimate
-    observations = math.fsum(count for upper, count in buckets if upper == math.inf)
     if count_delta is not None and observations != count_delta:
         return estimate
     bounds = quantile_bounds(q, buckets, sum_delta)
@@ -433,8 +437,8 @@ def stats_from_increases(query: MetricQuery, increases: Increases, window: StepW
         for stat in query.stats:
             if stat == "delta":
                 points.append(StatPoint(stat, group, delta))
-            elif stat == "rate":
-                points.append(StatPoint(stat, group, delta / window.seconds if window.seconds > 0 else math.nan))
+            elif stat == "rate" and window.seconds > 0:  # a window of no length has no rate
+                points.append(StatPoint(stat, group, delta / window.seconds))
     return points
 
 
@@ -486,7 +490,8 @@ def _ratio(query: MetricQuery, increases: Increases) -> list[StatPoint]:
     den = {group: value for (name, group), value in increases.items() if name == denominator}
     points = []
     for group in sorted(set(num) & set(den)):
-        points.append(StatPoint(None, group, num[group] / den[group] if den[group] > 0 else math.nan))
+        if den[group] > 0:  # no denominator events in the window: no ratio (not NaN)
+            points.append(StatPoint(None, group, num[group] / den[group]))
     return points
 
 

@@ -225,7 +225,9 @@ class PrometheusClient:
             else:
                 answer = self._transport.get(f"{url}?{encoded}" if encoded else url, timeout_s=timeout_s)
         except TransportError as exc:
-            raise self._failure(exc, url, expr) from exc
+            failure = self._failure(exc, url, expr)
+            failure.cause = exc  # kept for debugging; not chained: the message already says what failed and why
+            raise failure from None
         # Every sample is one '[' (besides a matrix series' "values" list and the result list): the samples, counted
         # before the JSON is decoded into objects ~30x its size ('[' inside label values can only add to the count).
         body = answer.body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -252,7 +253,12 @@ def test_doctor_warns_when_the_scrape_interval_is_long_against_the_steps(
     assert boundaries["status"] == "warn", boundaries
     assert "scrapes every 1s" in boundaries["detail"]
     assert "otel_bridge/boundary_lag_s" in boundaries["detail"]
-    assert "prometheus.boundary: auto or scrape" in boundaries["fix"]
+    # issue 26: the advice does not suggest the setting in use (auto is the default)
+    assert "auto or scrape" not in boundaries["fix"]
+    assert "set prometheus.boundary: scrape" in boundaries["fix"]
+    on_samples = {**config, "prometheus": {**config["prometheus"], "boundary": "samples"}}
+    status, document = doctor_json(tmp_path, on_samples)
+    assert "prometheus.boundary: auto or scrape" in check_named(document, "step boundaries")["fix"]
 
     forced = {**config, "prometheus": {**config["prometheus"], "boundary": "scrape"}}
     status, document = doctor_json(tmp_path, forced)
@@ -283,3 +289,18 @@ def test_doctor_checks_an_otlp_entry_with_a_utf8_name(
     else:
         assert check["detail"] == "no series for trainer.tokens_total", check
     assert status == 1
+
+
+def test_doctor_judges_the_step_lengths_of_the_configs_own_run(tmp_path: Path, prometheus: PrometheusServer) -> None:
+    """Issue 26: with run.name set, doctor judges that run, not the newest run in run.dir (the demo's)."""
+    runs = tmp_path / "runs"
+    run_short_steps(runs, 0.2)  # "short": 0.2 s steps, five a scrape interval
+    (runs / "mine").mkdir()
+    records = [{"step": s, "time": 100.0 + 10 * s, "window_start": 90.0 + 10 * s} for s in range(4)]  # 10 s steps
+    (runs / "mine" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.utime(runs / "mine" / "metrics.jsonl", (1_000_000, 1_000_000))  # the short run is the newest
+    config = promql_config(prometheus, [{"name": "vllm:num_requests_running"}], run={"dir": str(runs), "name": "mine"})
+    _, document = doctor_json(tmp_path, config)
+    boundaries = check_named(document, "step boundaries")
+    assert boundaries["status"] == "pass", boundaries
+    assert f"the steps of {runs / 'mine'} last 10s" in boundaries["detail"]

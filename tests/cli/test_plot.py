@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -88,9 +89,11 @@ def test_plot_a_jsonl_file_with_default_keys(demo_run: Path, tmp_path: Path) -> 
     done = run_cli(["plot", str(demo_run / "metrics.jsonl"), "-o", str(png)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     size, text, _ = read_png(png)
-    assert size == (1200, 800)
+    panels = int(text["otel_bridge:panels"])
+    assert size == (1200, 60 + math.ceil(panels / 3) * 280)  # the height grows with the panels (issue 26)
     groups = json.loads(text["otel_bridge:groups"])
     assert not any(g.startswith("otel_bridge") for g in groups)  # health keys only on request
+    assert not any(g.startswith("phase/") or g == "phases" for g in groups)  # phases with --phases (issue 26)
     assert "rollout/vllm/kv_cache_usage_perc" in groups
     layout = layout_of(png)
     assert int(text["otel_bridge:panels"]) == len(layout)
@@ -105,6 +108,9 @@ def test_plot_a_jsonl_file_with_default_keys(demo_run: Path, tmp_path: Path) -> 
     assert units[vllm + "request_success_total/delta"] == "per step"
     for panel in layout:  # at most two y-axes, one unit each: a left one, then a right one
         assert [a["side"] for a in panel["axes"]] in (["left"], ["left", "right"]), panel["title"]
+        data = panel["axes"][0]["bbox"]
+        assert data[3] - data[1] >= 120, (panel["title"], data)  # room for the data, not just legends
+        assert panel["title"] != "rollout/vllm", panel["axes"]
         assert len({a["unit"] for a in panel["axes"]}) == len(panel["axes"]), panel["title"]
 
 
@@ -265,7 +271,8 @@ def test_a_legend_too_wide_for_its_panel_gets_fewer_columns_and_stays_in_the_ima
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for width, height in ((1000, 700), (800, 500)):
         png = tmp_path / f"wide-{width}.png"
-        done = run_cli(["plot", str(run), "-o", str(png), "--width", str(width), "--height", str(height)], cwd=tmp_path)
+        args = ["plot", str(run), "--phases", "-o", str(png), "--width", str(width), "--height", str(height)]
+        done = run_cli(args, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         layout = layout_of(png)
         assert [panel["title"] for panel in layout][-1] == group

@@ -106,4 +106,4 @@ def test_tail_count_through_a_pipe_has_no_escape_codes(tmp_path: Path, replicas:
 def test_tail_without_metrics_is_an_error(tmp_path: Path) -> None:
     done = run_cli(["tail", "--count", "1"], cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.startswith("otel-bridge: tail needs infrastructure metrics")
+    assert done.stderr.startswith("otel-bridge: tail needs an infrastructure source")

@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import math
+import subprocess
 import sys
 import time
 import types
@@ -129,13 +130,13 @@ def test_verl_example_records_in_jsonl_tensorboard_and_hparams(tmp_path: Path) -
     assert run_dir == tmp_path / "verl-ppo"
     lines = read_jsonl(run_dir / "metrics.jsonl")
     check_records(lines, list(range(STEPS + 1)), ["actor/pg_loss", "critic/score/mean", "timing_s/gen"])
-    assert lines[0]["val-core/gsm8k/reward/mean_1"] == 0.1, "verl's validation before training is step 0"
-    val_steps = [line["step"] for line in lines if "val-core/gsm8k/reward/mean_1" in line]
+    assert lines[0]["val-core/gsm8k/reward/mean@1"] == 0.1, "verl's validation before training is step 0"
+    val_steps = [line["step"] for line in lines if "val-core/gsm8k/reward/mean@1" in line]
     assert val_steps == [0, 2, 3], "a second log() for a step (test_freq=2 and the last step) joins its record"
     check_tensorboard(
         run_dir / "tensorboard",
         lines,
-        ["actor/pg_loss", "critic/score/mean", "val-core/gsm8k/reward/mean_1", COUNTER_KEY, GAUGE_KEY],
+        ["actor/pg_loss", "critic/score/mean", "val-core/gsm8k/reward/mean@1", COUNTER_KEY, GAUGE_KEY],
     )
     hparams = json.loads((run_dir / HPARAMS_FILE).read_text(encoding="utf-8"))
     assert hparams["algorithm"]["adv_estimator"] == "grpo"
@@ -235,6 +236,52 @@ def test_patch_verl_replaces_tracking_until_restored(monkeypatch: pytest.MonkeyP
     assert [line["actor/loss"] for line in read_jsonl(tmp_path / "e" / "metrics.jsonl")] == [0.5]
     with pytest.raises(ConfigError, match="needs verl"):
         patch_verl(module="no_such_module_for_otel_bridge")
+
+
+def test_patch_verl_too_late_rebinds_and_warns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26: verl 0.9's v1 trainer binds Tracking when it is imported; a patch after that import rebinds it there
+    and says so (a WARNING naming the module), instead of silently leaving verl's own Tracking in place."""
+    fake = types.ModuleType("fake_verl_tracking")
+
+    class VerlTracking:
+        pass
+
+    fake.Tracking = VerlTracking
+    trainer = types.ModuleType("verl.fake_trainer_base")
+    trainer.Tracking = VerlTracking  # `from verl.utils.tracking import Tracking` at import time
+    monkeypatch.setitem(sys.modules, "fake_verl_tracking", fake)
+    monkeypatch.setitem(sys.modules, "verl.fake_trainer_base", trainer)
+    with caplog.at_level(logging.WARNING, logger="otel_bridge"):
+        restore = patch_verl({"run": {"dir": str(tmp_path)}}, module="fake_verl_tracking", warn_unused=False)
+    try:
+        assert trainer.Tracking is fake.Tracking
+        assert trainer.Tracking is not VerlTracking
+        late = [r.getMessage() for r in caplog.records if "came after" in r.getMessage()]
+        assert late == [
+            "patch_verl() came after verl.fake_trainer_base imported verl's Tracking; rebound it there, but a "
+            "Tracking already built keeps verl's own: patch before verl's trainer starts (docs/verl.md)"
+        ]
+    finally:
+        restore()
+    assert trainer.Tracking is VerlTracking
+
+
+def test_patch_verl_in_a_process_where_verl_builds_no_tracking_warns_at_exit(tmp_path: Path) -> None:
+    """Issue 26: the patch in the wrong process (the driver of ``python -m verl.trainer.main_ppo``, whose trainer runs
+    in a Ray actor) is a WARNING when the process ends, naming the setup hook to use instead."""
+    script = (
+        "import sys, types\n"
+        "fake = types.ModuleType('fake_verl_tracking'); fake.Tracking = object\n"
+        "sys.modules['fake_verl_tracking'] = fake\n"
+        "from otel_bridge.integrations.verl import patch_verl\n"
+        f"patch_verl({{'run': {{'dir': {str(tmp_path)!r}}}}}, module='fake_verl_tracking')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "verl built no Tracking here" in done.stderr
+    assert "otel_bridge.integrations.verl.setup" in done.stderr
 
 
 # -- shared helpers --------------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,3 +121,36 @@ def test_a_valid_answer_starts(tmp_path: Path) -> None:
         bridge = Bridge.from_config(config_for(server.url, tmp_path))
         bridge.close()
     assert server.requests, "start-up must validate the configured queries against Prometheus"
+
+
+def test_prometheus_down_is_one_clear_traceback_with_the_cause_kept(tmp_path: Path) -> None:
+    """Issue 26: ``Bridge.from_config`` with Prometheus down ends in one traceback with the clear message, not an
+    80-line chain urllib3 -> requests -> transport; the lower-level exceptions stay available as ``cause``."""
+    import requests
+
+    from otel_bridge.http.transport import TransportError
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(PrometheusUnreachableError) as caught:
+        Bridge.from_config(config_for(url, tmp_path))
+    error = caught.value
+    assert error.__cause__ is None
+    assert error.__suppress_context__
+    assert isinstance(error.cause, TransportError)
+    assert error.cause.__cause__ is None
+    assert error.cause.__suppress_context__
+    assert isinstance(error.cause.cause, requests.ConnectionError)
+
+    script = f"from otel_bridge import Bridge\nBridge.from_config({config_for(url, tmp_path)!r})\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
+    assert "During handling of the above exception" not in done.stderr
+    assert "direct cause" not in done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"otel_bridge.errors.PrometheusUnreachableError: cannot reach Prometheus at {url}/api/v1/query")
+    )

@@ -15,9 +15,16 @@ from tensorboard.compat.proto import summary_pb2
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.naming import (
     MAX_KEY_LENGTH,
+    MLFLOW_KEYS,
     RESERVED_KEYS,
+    TRACKIO_KEYS,
+    TRACKIO_RESERVED,
+    WANDB_KEYS,
     KeyRegistry,
+    KeyRule,
+    TrackerKeys,
     infra_key,
+    record_key,
     sanitize_key,
     stable_hash,
     trainer_key,
@@ -159,22 +166,84 @@ def test_infra_key_rejects_empty_alias() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "expected"),
+    "name",
     [
-        ("actor/loss", "actor/loss"),
-        ("critic/vf_loss", "critic/vf_loss"),
-        ("perf/throughput", "perf/throughput"),
-        ("timing_s/gen", "timing_s/gen"),
-        ("response_length/clip_ratio", "response_length/clip_ratio"),
-        ("trainer.tokens", "trainer.tokens"),
-        ("otel_bridge.queries.failed", "otel_bridge.queries.failed"),
-        ("val-core/openai/gsm8k/reward/mean@1", "val-core/openai/gsm8k/reward/mean_1"),
-        ("train loss", "train loss"),
+        "actor/loss",
+        "critic/vf_loss",
+        "perf/throughput",
+        "timing_s/gen",
+        "response_length/clip_ratio",
+        "trainer.tokens",
+        "otel_bridge.queries.failed",
+        "train loss",
+        # issue 26: verl's validation keys reach the trackers as verl logs them
+        "val-core/openai/gsm8k/reward/mean@1",
+        "val-aux/gsm8k/score/maj@4/mean",
+        "_private",
+        "a//b",
+        "naïve/ключ",
     ],
 )
-def test_trainer_key_examples(name: str, expected: str) -> None:
-    assert trainer_key(name) == expected
-    assert_valid_everywhere(expected)
+def test_trainer_keys_are_kept_as_logged(name: str) -> None:
+    assert trainer_key(name) == name
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("esc\x1b[31mred", "esc_[31mred"),  # a terminal escape sequence never reaches a tracker or the console
+        ("line\nbreak", "line_break"),
+        ("nul\x00", "nul_"),
+        ("c1\x9b", "c1_"),
+        ("lone\ud800surrogate", "lone_surrogate"),
+        ("step", "step_"),
+        ("_notes", "_notes_"),
+        ("", f"unnamed_{stable_hash('')}"),
+        ("   ", f"unnamed_{stable_hash('   ')}"),
+    ],
+)
+def test_record_key_changes_only_what_no_tracker_should_receive(raw: str, expected: str) -> None:
+    assert record_key(raw) == expected == trainer_key(raw)
+
+
+@pytest.mark.parametrize(
+    ("rule", "raw", "expected"),
+    [
+        (MLFLOW_KEYS, "val-core/gsm8k/reward/mean@1", "val-core/gsm8k/reward/mean_at_1"),  # verl's MLflow logger
+        (MLFLOW_KEYS, "a{b}=c,d:e", "a_b__c_d:e"),
+        (MLFLOW_KEYS, "a//b/", "a/b"),
+        (MLFLOW_KEYS, "a/./b", "a/_/b"),
+        (MLFLOW_KEYS, "..a/b", "_.a/b"),
+        (MLFLOW_KEYS, "actor/loss", "actor/loss"),
+        (WANDB_KEYS, "_private", "private"),
+        (WANDB_KEYS, "a@b", "a@b"),
+        (TRACKIO_KEYS, "run", "run_"),
+        (TRACKIO_KEYS, "__x", "x"),
+        (TRACKIO_KEYS, "a@b", "a@b"),
+    ],
+)
+def test_tracker_rules_examples(rule: KeyRule, raw: str, expected: str) -> None:
+    assert rule.rename(raw) == expected
+
+
+def test_tracker_keys_note_names_the_renamed_keys_only() -> None:
+    keys = TrackerKeys(MLFLOW_KEYS)
+    values = {"actor/loss": 1.0, "val/a@1": 2.0, "val/b@1": 3.0, "val/c@1": 4.0, "val/d@1": 5.0}
+    assert keys.rename(values) == {"actor/loss": 1.0, "val/a_at_1": 2.0, "val/b_at_1": 3.0, "val/c_at_1": 4.0,
+                                   "val/d_at_1": 5.0}  # fmt: skip
+    note = keys.note(values)
+    assert note is not None
+    assert note.startswith("mlflow receives 4 key(s) renamed: 'val/a@1' as 'val/a_at_1', 'val/b@1' as 'val/b_at_1', ")
+    assert "and 1 more (MLflow metric names hold only" in note
+    assert keys.note({"actor/loss": 1.0}) is None
+
+
+def test_tracker_keys_keep_two_keys_that_one_rule_merges_apart() -> None:
+    keys = TrackerKeys(MLFLOW_KEYS)
+    first, second = keys.name("x/a_at_1"), keys.name("x/a@1")
+    assert first == "x/a_at_1"
+    assert second == "x/a_at_1_" + stable_hash("x/a@1")
+    assert keys.name("x/a@1") == second
 
 
 @pytest.mark.parametrize(
@@ -274,6 +343,39 @@ def test_verl_style_keys_are_unchanged(segments: list[str]) -> None:
 )
 def test_infra_keys_are_valid_for_every_backend(name: str, stat: str | None, group: dict[str, str]) -> None:
     assert_valid_everywhere(infra_key(name, stat, group))
+
+
+def mlflow_validator_accepts(key: str) -> bool:
+    """MLflow's own check of a metric name (``mlflow.utils.validation._validate_metric_name``)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, _validate_metric_name
+
+    try:
+        _validate_metric_name(key)
+    except MlflowException:
+        return False
+    return len(key) <= MAX_ENTITY_KEY_LENGTH
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ANY_TEXT)
+def test_each_trackers_rule_gives_a_key_it_accepts_and_keeps_one_it_accepts(text: str) -> None:
+    key = record_key(text)
+    assert record_key(key) == key
+    assert tensorboard_accepts(key)
+    assert jsonl_accepts(key)
+    mlflow_name = MLFLOW_KEYS.rename(key)
+    assert mlflow_validator_accepts(mlflow_name), (key, mlflow_name)
+    assert MLFLOW_KEYS.rename(mlflow_name) == mlflow_name
+    if mlflow_validator_accepts(key) and "@" not in key:
+        assert mlflow_name == key
+    wandb_name = WANDB_KEYS.rename(key)
+    assert wandb_accepts(wandb_name)
+    assert wandb_name == key or not wandb_accepts(key)
+    trackio_name = TRACKIO_KEYS.rename(key)
+    assert trackio_name not in TRACKIO_RESERVED
+    assert not trackio_name.startswith("__")
+    assert trackio_name == key or key in TRACKIO_RESERVED or key.startswith("__")
 
 
 # --- KeyRegistry ---

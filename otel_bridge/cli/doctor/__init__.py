@@ -36,6 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from otel_bridge.cli.config_file import CONFIG_HELP, choose_config
 from otel_bridge.cli.doctor.context import STATUSES, Check, DoctorContext, Status
 from otel_bridge.cli.doctor.local import check_config, check_ray, check_run_dir, check_trackers
 from otel_bridge.cli.doctor.metrics import check_deprecated, check_endpoints, check_metrics
@@ -45,6 +46,7 @@ from otel_bridge.cli.doctor.prometheus import (
     check_prometheus_targets,
     check_query_plan,
 )
+from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
 from otel_bridge.prometheus.exposition import ExpositionFamily
 
@@ -69,7 +71,7 @@ def add_parser(commands: Any) -> None:
         description="Run every check from the config to the trackers and print a pass/fail table with the fix for "
         "each failure. Exit status 0 only when nothing failed.",
     )
-    doctor.add_argument("--config", type=Path, help="otel-bridge config file (default: defaults + environment)")
+    doctor.add_argument("--config", type=Path, help=CONFIG_HELP)
     doctor.add_argument("--json", action="store_true", help="print the result as JSON (shape in docs/cli.md)")
     doctor.add_argument("--ray-address", default="auto", help="Ray cluster to join when Ray is needed (default auto)")
     doctor.add_argument("--prometheus-url", help="check this Prometheus (overrides prometheus.url of the config)")
@@ -107,9 +109,11 @@ def run_checks(context: DoctorContext) -> list[Check]:
 def render_table(checks: Sequence[Check], stream: TextIO, width: int | None = None) -> str:
     """The human-readable report: a table of checks (details cut to the terminal), then each problem and its fix."""
     coloured = use_colour(stream)
-    width = width or shutil.get_terminal_size((120, 24)).columns
     name_width = max(len(c.name) for c in checks)
-    room = max(30, width - name_width - 10)
+    if width is None and not _is_terminal(stream):
+        room = None  # a file or a pipe gets every detail whole
+    else:
+        room = max(30, (width or shutil.get_terminal_size((120, 24)).columns) - name_width - 10)
     rows = [
         [colour(c.status.upper(), STATUS_COLOURS[c.status], coloured), c.name, _cut(c.detail, room)] for c in checks
     ]
@@ -119,15 +123,26 @@ def render_table(checks: Sequence[Check], stream: TextIO, width: int | None = No
         text += "\n\nto fix:"
         for check in problems:
             name = colour(check.name, STATUS_COLOURS[check.status], coloured)
-            text += f"\n  {name}: {check.detail}\n    fix: {check.fix}"
+            text += f"\n  {name}: {printable(check.detail)}\n    fix: {printable(check.fix or '')}"
     failed = sum(c.status == "fail" for c in checks)
-    summary = f"{failed} check(s) failed" if failed else "all checks passed"
-    return text + "\n\n" + colour(summary, "red" if failed else "green", coloured) + "\n"
+    warned = sum(c.status == "warn" for c in checks)
+    if failed:
+        summary, tone = f"{failed} check(s) failed", "red"
+    elif warned:
+        summary, tone = f"no check failed; {warned} warning(s) above", "yellow"
+    else:
+        summary, tone = "all checks passed", "green"
+    return text + "\n\n" + colour(summary, tone, coloured) + "\n"
 
 
-def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(callable(isatty) and isatty())
+
+
+def _cut(text: str, limit: int | None) -> str:
+    text = printable(" ".join(text.split()))
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def as_json(context: DoctorContext) -> dict[str, Any]:
@@ -141,7 +156,12 @@ def as_json(context: DoctorContext) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run the checks and print the table (or JSON); exit status 0 when nothing failed, else 1."""
-    context = DoctorContext(args.config, ray_address=args.ray_address, prometheus_url=args.prometheus_url)
+    choice = choose_config(args.config)
+    if args.prometheus_url is not None:
+        check_url(args.prometheus_url, "--prometheus-url")
+    context = DoctorContext(
+        choice.path, ray_address=args.ray_address, prometheus_url=args.prometheus_url, config_reason=choice.reason
+    )
     run_checks(context)
     if args.json:
         out.write(json.dumps(as_json(context), indent=2) + "\n")

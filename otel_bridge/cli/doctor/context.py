@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from otel_bridge.cli.inputs import without_url_passwords
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql.store import Store
 
@@ -35,9 +36,16 @@ class DoctorContext:
     """One doctor run: its arguments, what the checks found out so far, and their outcomes (:attr:`checks`)."""
 
     def __init__(
-        self, config_path: Path | None, *, ray_address: str = "auto", prometheus_url: str | None = None
+        self,
+        config_path: Path | None,
+        *,
+        ray_address: str = "auto",
+        prometheus_url: str | None = None,
+        config_reason: str = "--config",
     ) -> None:
         self.config_path = config_path
+        self.config_reason = config_reason
+        """Why this config file (see :mod:`otel_bridge.cli.config_file`)."""
         self.ray_address = ray_address
         self.prometheus_url = prometheus_url
         self.checks: list[Check] = []
@@ -58,6 +66,7 @@ class DoctorContext:
     def _scrub(self, text: str | None) -> str | None:
         if text is None:
             return None
+        text = without_url_passwords(text)
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text

@@ -20,6 +20,7 @@ from otel_bridge.producers.metric_set import resolve_metrics
 def check_config(context: DoctorContext) -> BridgeConfig | None:
     """``config``: the file loads and validates; also collects the secrets to scrub."""
     where = str(context.config_path) if context.config_path else "defaults + environment"
+    chosen = f"{where} ({context.config_reason})"
     environ = dict(os.environ)
     if context.prometheus_url is not None:
         environ[f"{ENV_PREFIX}PROMETHEUS__URL"] = context.prometheus_url
@@ -53,11 +54,16 @@ def check_config(context: DoctorContext) -> BridgeConfig | None:
         context.default_preset = "vllm"
         context.queries = resolve_metrics([MetricConfig(preset=context.default_preset)])
         entries = f"no metric entries (the {context.default_preset} preset's metrics are checked)"
-    context.add(
-        "config",
-        "pass",
-        f"{where}: valid; infrastructure source: {source or 'none (trainer metrics only)'}, {entries}",
-    )
+    detail = f"{chosen}: valid; infrastructure source: {source or 'none (trainer metrics only)'}, {entries}"
+    if context.config_path is None and source is None:
+        context.add(
+            "config",
+            "warn",
+            f"{chosen}: nothing is configured (no infrastructure source, no metrics)",
+            "run `otel-bridge init` to write ./otel-bridge.yaml, or pass --config / set OTEL_BRIDGE_CONFIG",
+        )
+        return config
+    context.add("config", "pass", detail)
     return config
 
 

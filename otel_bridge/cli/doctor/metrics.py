@@ -186,11 +186,13 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
     for metric in metrics:
         reading.keys.setdefault(metric.name, []).extend(_record_keys(metric, config.naming.infra_prefix))
     read = sum(1 for q in context.queries if reading.keys.get(q.key_name))
+    idle = sum(1 for q in context.queries if not reading.keys.get(q.key_name) and needs_observations(q))
     context.add(
         "step",
-        "pass" if read == len(context.queries) else "fail",
-        f"one {seconds:.3g}s step read as a run reads it: {read}/{len(context.queries)} configured metrics recorded",
-        None if read == len(context.queries) else "see the metric checks below",
+        "pass" if read + idle == len(context.queries) else "fail",
+        f"one {seconds:.3g}s step read as a run reads it: {read}/{len(context.queries)} configured metrics recorded"
+        + (f", {idle} without a value in a step without observations (no traffic)" if idle else ""),
+        None if read + idle == len(context.queries) else "see the metric checks below",
     )
     return reading
 
@@ -260,7 +262,7 @@ def _series_check(
     labels: list[dict[str, str]],
     what: str,
     known: Iterable[str],
-    recorded: tuple[float, list[str]] | None = None,
+    recorded: tuple[float, list[str], bool] | None = None,
     found: str | None = None,
 ) -> None:
     """Pass when the metric has series (``found`` says where, default: how many and from which instances) and
@@ -271,10 +273,13 @@ def _series_check(
         if recorded is None:
             context.add(name, "pass", found)
             return
-        seconds, keys = recorded
+        seconds, keys, idle = recorded
         if keys:
             more = f" (+{len(keys) - 1} more)" if len(keys) > 1 else ""
             context.add(name, "pass", f"{found}; a step records {keys[0]}{more}")
+            return
+        if idle:  # a histogram's mean/quantiles, a ratio: no value in a window without observations
+            context.add(name, "pass", f"{found}; no observations in the {seconds:.3g}s step, so no value yet")
             return
         context.add(
             name,
@@ -349,9 +354,20 @@ def _selector(names: Sequence[str], matchers: dict[str, str], *, utf8: bool = Fa
     return "{" + ",".join(inner) + "}"
 
 
-def _recorded(step: StepReading | None, query: MetricQuery) -> tuple[float, list[str]] | None:
-    """The step's length and the record keys it had for ``query`` (``None``: no step was read)."""
-    return None if step is None else (step.seconds, sorted(step.keys.get(query.key_name, [])))
+def _recorded(step: StepReading | None, query: MetricQuery) -> tuple[float, list[str], bool] | None:
+    """The step's length, the record keys it had for ``query`` and whether ``query`` has no value in a step without
+    observations (``None``: no step was read)."""
+    if step is None:
+        return None
+    return step.seconds, sorted(step.keys.get(query.key_name, [])), needs_observations(query)
+
+
+def needs_observations(query: MetricQuery) -> bool:
+    """Whether ``query``'s statistics have no value in a window without observations: a ratio, or a histogram read
+    only as means and quantiles (``count``/``sum`` are 0 then)."""
+    if query.ratio is not None:
+        return True
+    return query.kind == "histogram" and not {"count", "sum"} & set(query.stats)
 
 
 def _record_keys(metric: Metric, prefix: str) -> Iterator[str]:

@@ -3,6 +3,7 @@ read a step from it, its targets are up, its scrape interval fits the steps."""
 
 from __future__ import annotations
 
+import glob
 import json
 import statistics
 import time
@@ -241,12 +242,13 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
         "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
         "else Prometheus' samples (prometheus.boundary: auto)",
     }[prom.boundary]
-    steps = _latest_step_seconds(config.run.dir)
+    steps = _latest_step_seconds(config.run.dir, config.run.name)
     if steps is None:
+        where = config.run.dir / config.run.name if config.run.name else config.run.dir
         context.add(
             "step boundaries",
             "pass",
-            f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {config.run.dir} "
+            f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {where} "
             "to compare step lengths with",
         )
         return
@@ -263,14 +265,30 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
         "warn",
         detail + f": where Prometheus' samples bound a step, its counters may be off by up to {interval:g}s of "
         "traffic (each record says by how much in otel_bridge/boundary_lag_s)",
-        "let the bridge scrape at boundaries (prometheus.boundary: auto or scrape, targets reachable from the "
-        f"trainer) or lower Prometheus' scrape_interval below {median / 2:.3g}s",
+        _boundary_fix(prom.boundary, prom.boundary_max_targets, median),
     )
 
 
-def _latest_step_seconds(run_dir: Path) -> tuple[Path, float] | None:
-    """The newest ``<run.dir>/*/metrics.jsonl`` and the median length of its steps' windows (``None``: no such run)."""
-    runs = sorted(run_dir.glob("*/metrics.jsonl"), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
+def _boundary_fix(boundary: str, max_targets: int, median_s: float) -> str:
+    """What to change against long scrape intervals, from the setting in use (never the one already set)."""
+    lower = f"lower Prometheus' scrape_interval below {median_s / 2:.3g}s"
+    if boundary == "auto":
+        return (
+            f"prometheus.boundary: auto scrapes at boundaries only when at most {max_targets} targets serve the "
+            "metrics and the trainer reaches them: make them reachable (or raise prometheus.boundary_max_targets), "
+            f"set prometheus.boundary: scrape, or {lower}"
+        )
+    return (
+        "let the bridge scrape at boundaries (prometheus.boundary: auto or scrape, targets reachable from the "
+        f"trainer) or {lower}"
+    )
+
+
+def _latest_step_seconds(run_dir: Path, run_name: str | None = None) -> tuple[Path, float] | None:
+    """The config's run (``<run.dir>/<run.name>/metrics.jsonl`` when ``run.name`` is set, else the newest
+    ``<run.dir>/*/metrics.jsonl``) and the median length of its steps' windows (``None``: no such run)."""
+    pattern = f"{glob.escape(run_name)}/metrics.jsonl" if run_name else "*/metrics.jsonl"
+    runs = sorted(run_dir.glob(pattern), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
     for path in reversed(runs):
         lengths = []
         with path.open(encoding="utf-8") as lines:

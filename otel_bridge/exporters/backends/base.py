@@ -33,5 +33,7 @@ class Backend(Protocol):
 
         A backend may also define ``verify() -> Sequence[str]``, called after ``close()``: what its storage does not
         hold of what was written (the JSONL backend re-reads its file); each problem makes the delivery report
-        incomplete.
+        incomplete. A backend whose tracker cannot take every key defines ``key_rule``, a
+        :class:`~otel_bridge.exporters.naming.KeyRule`: it then receives records with the keys it cannot take renamed
+        by that rule, and the records' notes say which (MLflow and wandb do).
         """

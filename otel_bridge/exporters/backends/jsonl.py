@@ -33,7 +33,7 @@ def record_to_json(record: StepRecord) -> str:
         if key in obj or key == NOTES_FIELD:
             raise BackendError(
                 f"jsonl: metric key {key!r} clashes with the record field of the same name; "
-                "name keys with otel_bridge.exporters.naming.sanitize_key, which renames such keys"
+                "name keys with otel_bridge.exporters.naming.record_key, which renames such keys"
             )
         value = float(record.values[key])
         if not math.isfinite(value):

@@ -13,13 +13,13 @@ import logging
 import math
 import os
 import posixpath
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
+from otel_bridge.exporters.naming import MLFLOW_KEYS, MLFLOW_NAME
 from otel_bridge.exporters.record import StepRecord
 
 _log = logging.getLogger(__name__)
@@ -29,9 +29,6 @@ MAX_METRICS_PER_BATCH: Final = 1000
 
 MAX_KEY_LENGTH: Final = 250
 """MLflow's limit on the length of a metric name."""
-
-_VALID_KEY: Final = re.compile(r"^[/\w.\- ]+$")
-"""Characters MLflow accepts in a metric name on every platform (``:`` is rejected on Windows)."""
 
 
 class MlflowOptions(BackendOptions):
@@ -58,8 +55,8 @@ def mlflow_key_problem(key: str) -> str | None:
         return "it is empty"
     if len(key) > MAX_KEY_LENGTH:
         return f"it is {len(key)} characters long (MLflow allows {MAX_KEY_LENGTH})"
-    if not _VALID_KEY.match(key):
-        return "it has characters other than letters, digits, '_', '-', '.', ' ' and '/'"
+    if not MLFLOW_NAME.match(key):
+        return "it has characters other than letters, digits, '_', '-', '.', ' ', ':' and '/'"
     normalized = posixpath.normpath(key)
     if normalized != key or normalized == "." or normalized.startswith(("..", "/")):
         return f"MLflow treats names as paths and this one would resolve to {normalized!r}"
@@ -82,6 +79,7 @@ class MlflowBackend:
         mlflow_error: type[BaseException],
     ) -> None:
         self.name = "mlflow"
+        self.key_rule = MLFLOW_KEYS
         self.client = client
         self.run_id = run_id
         self.owns_run = owns_run
@@ -98,7 +96,7 @@ class MlflowBackend:
             if problem is not None:
                 raise BackendError(
                     f"mlflow: step {record.step}: metric key {key!r} is not a valid MLflow metric name: {problem}; "
-                    "name keys with otel_bridge.exporters.naming.sanitize_key"
+                    "name keys with otel_bridge.exporters.naming.MLFLOW_KEYS"
                 )
             value = float(record.values[key])
             if not math.isfinite(value):

@@ -29,13 +29,12 @@ from typing import Any, Final
 
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
+from otel_bridge.exporters.naming import TRACKIO_KEYS, TRACKIO_RESERVED
 from otel_bridge.exporters.record import StepRecord
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_PROJECT: Final = "otel-bridge"
-RESERVED_KEYS: Final = frozenset({"project", "run", "timestamp", "step", "time", "metrics"})
-"""Keys trackio renames (to ``__<key>``) because its rows use them."""
 
 
 class TrackioOptions(BackendOptions):
@@ -56,6 +55,7 @@ class TrackioBackend:
 
     def __init__(self, run: Any, *, owns_run: bool) -> None:
         self.name = "trackio"
+        self.key_rule = TRACKIO_KEYS
         self.run = run
         self.owns_run = owns_run
         self._closed = False
@@ -63,7 +63,7 @@ class TrackioBackend:
     def _values(self, record: StepRecord) -> dict[str, float]:
         values: dict[str, float] = {}
         for key, raw in record.values.items():
-            if key in RESERVED_KEYS or key.startswith("__"):
+            if key in TRACKIO_RESERVED or key.startswith("__"):
                 raise BackendError(
                     f"trackio: step {record.step}: metric key {key!r} is reserved by trackio (it would be renamed "
                     f"'__{key.removeprefix('__')}'); rename the metric (e.g. with an alias)"

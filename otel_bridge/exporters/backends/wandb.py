@@ -43,6 +43,7 @@ from otel_bridge.exporters.backends.options import (
     parse_options,
     under,
 )
+from otel_bridge.exporters.naming import WANDB_KEYS
 from otel_bridge.exporters.record import StepRecord
 
 _log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class WandbBackend:
         if steps not in STEPS_MODES:
             raise ConfigError(f"tracker 'wandb': option 'steps' must be 'own' or 'follow', got {steps!r}")
         self.name = "wandb"
+        self.key_rule = WANDB_KEYS
         self.run = run
         self.owns_run = owns_run
         self.steps: StepsMode = steps
@@ -134,7 +136,7 @@ class WandbBackend:
             if not key or key.startswith("_"):
                 raise BackendError(
                     f"wandb: step {record.step}: metric key {key!r} is empty or starts with '_', which wandb "
-                    "reserves for its own fields; name keys with otel_bridge.exporters.naming.sanitize_key"
+                    "reserves for its own fields; name keys with otel_bridge.exporters.naming.WANDB_KEYS"
                 )
             value = float(raw)
             if not math.isfinite(value):

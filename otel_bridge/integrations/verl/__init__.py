@@ -76,9 +76,10 @@ from otel_bridge.integrations.verl.config import (
     supported_backends,
     verl_bridge_config,
     verl_file_logger_path,
+    verl_served_model_name,
     verl_trackers,
 )
-from otel_bridge.integrations.verl.tracking import Tracking, patch_verl
+from otel_bridge.integrations.verl.tracking import Tracking, patch_verl, setup
 
 __all__ = [
     "RL_INSIGHT",
@@ -88,8 +89,10 @@ __all__ = [
     "Tracking",
     "bridge_config_from_verl",
     "patch_verl",
+    "setup",
     "supported_backends",
     "verl_bridge_config",
     "verl_file_logger_path",
+    "verl_served_model_name",
     "verl_trackers",
 ]

@@ -119,6 +119,27 @@ def _tracker_options(kind: str, project_name: str, experiment_name: str, config:
     return {}
 
 
+def verl_served_model_name(served_model_name: str | None) -> str | None:
+    """The ``model_name`` label vLLM/SGLang report for verl's ``rollout.prometheus.served_model_name``, as verl starts
+    them (``vllm_async_server.py``, ``async_sglang_server.py``): the last ``/`` segment of a path. verl's default is
+    the model path (``${actor_rollout_ref.model.path}``), so ``~/models/deepseek-llm-7b-chat`` is served as
+    ``deepseek-llm-7b-chat``."""
+    if not served_model_name:
+        return None
+    return served_model_name.split("/")[-1] if "/" in served_model_name else served_model_name
+
+
+def rollout_prometheus(config: Any) -> Any:
+    """verl's ``actor_rollout_ref.rollout.prometheus`` section of its whole config (a dict, an OmegaConf config or
+    verl's dataclasses); ``None`` when it has none."""
+    node = config
+    for part in ("actor_rollout_ref", "rollout", "prometheus"):
+        if node is None:
+            return None
+        node = node.get(part) if isinstance(node, Mapping) else getattr(node, part, None)
+    return node
+
+
 def verl_bridge_config(
     bridge_config: BridgeConfigSource,
     *,
@@ -128,8 +149,24 @@ def verl_bridge_config(
     config: Any = None,
 ) -> BridgeConfig:
     """The bridge configuration :class:`Tracking` runs with: ``bridge_config`` (with env overrides) plus the
-    trackers of ``default_backend`` and verl's run naming, where ``bridge_config`` does not set them."""
+    trackers of ``default_backend`` and verl's run naming, where ``bridge_config`` does not set them. When verl's
+    ``config`` enables its rollout Prometheus (``actor_rollout_ref.rollout.prometheus.enable``), what
+    ``bridge_config`` leaves unset comes from there (:func:`bridge_config_from_verl`): the metrics (the ``vllm``
+    preset, of the model verl serves) when it lists none, and, unless it reads ``/metrics`` directly (scrape path), the
+    ``prometheus`` settings it does not set (``url: auto`` on verl's ``port``, the scrape interval of verl's
+    ``file``)."""
     loaded = BridgeConfig.load(bridge_config)
+    verl_prometheus = rollout_prometheus(config)
+    if verl_prometheus is not None and _field(verl_prometheus, "enable", False):
+        derived = bridge_config_from_verl(verl_prometheus, prefix=loaded.naming.infra_prefix)
+        update: dict[str, Any] = {}
+        if not loaded.metrics:
+            update["metrics"] = derived.metrics
+        if loaded.resolved_source() in (None, "promql"):
+            unset = derived.prometheus.model_fields_set - loaded.prometheus.model_fields_set
+            taken = {name: getattr(derived.prometheus, name) for name in unset}
+            update["prometheus"] = loaded.prometheus.model_copy(update=taken)
+        loaded = loaded.model_copy(update=update)
     explicit = list(loaded.trackers) if "trackers" in loaded.model_fields_set else []
     explicit_kinds = {tracker.type for tracker in explicit}
     mapped = verl_trackers(default_backend, project_name, experiment_name, config)
@@ -156,21 +193,20 @@ def bridge_config_from_verl(
 
     ``enable`` switches the infrastructure metrics on; ``port`` is Prometheus' port on the Ray head (found as
     ``prometheus.url: auto``); ``file`` is the prometheus.yml verl writes (its ``global.scrape_interval`` is used);
-    ``served_model_name`` selects that model's series; ``metrics_to_log`` (on the object, or as an argument) lists
-    the metric names to log, default the ``vllm`` preset. Keys start with ``prefix`` (``rollout/vllm/...``).
+    ``served_model_name`` selects that model's series, named as verl serves it (:func:`verl_served_model_name`);
+    ``metrics_to_log`` (an argument: verl's ``PrometheusConfig`` has no such field and refuses it) lists the metric
+    names to log, default the ``vllm`` preset. Keys start with ``prefix`` (``rollout/vllm/...``).
     ``overrides`` are further top-level config sections (``trackers=[...]``, ``run={...}``).
     """
 
     def field(name: str, default: Any = None) -> Any:
-        if isinstance(prometheus_cfg, Mapping):
-            return prometheus_cfg.get(name, default)
-        return getattr(prometheus_cfg, name, default)
+        return _field(prometheus_cfg, name, default)
 
     data: dict[str, Any] = {"naming": {"infra_prefix": prefix}, **overrides}
     if not field("enable", False):
         return BridgeConfig.from_dict(data)
     names = metrics_to_log if metrics_to_log is not None else field("metrics_to_log")
-    model = field("served_model_name")
+    model = verl_served_model_name(field("served_model_name"))
     labels = {"model_name": model} if model else {}
     entries = [{"name": name} for name in names] if names else [dict(entry) for entry in PRESETS["vllm"]]
     prometheus: dict[str, Any] = {"url": AUTO, "ray_port": int(field("port", 9090))}
@@ -179,6 +215,12 @@ def bridge_config_from_verl(
         prometheus["scrape_interval_s"] = interval
     data.update({"prometheus": prometheus, "metrics": [{**entry, "labels": labels} for entry in entries]})
     return BridgeConfig.from_dict(data)
+
+
+def _field(section: Any, name: str, default: Any = None) -> Any:
+    if isinstance(section, Mapping):
+        return section.get(name, default)
+    return getattr(section, name, default)
 
 
 def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:

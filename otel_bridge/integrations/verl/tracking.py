@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +16,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from otel_bridge.bridge import Bridge
+from otel_bridge.config import ENV_CONFIG_FILE, BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport
@@ -171,18 +175,25 @@ class Tracking:
         )
 
 
-def patch_verl(bridge_config: BridgeConfigSource = None, *, module: str = "verl.utils.tracking") -> Callable[[], None]:
-    """Make verl build otel-bridge's :class:`Tracking` (with ``bridge_config``) wherever it imports
-    ``Tracking`` from ``verl.utils.tracking`` after this call, as ``RayPPOTrainer.fit()`` does.
+def patch_verl(
+    bridge_config: BridgeConfigSource = None, *, module: str = "verl.utils.tracking", warn_unused: bool = True
+) -> Callable[[], None]:
+    """Make verl build otel-bridge's :class:`Tracking` (with ``bridge_config``) in this process: wherever it imports
+    ``Tracking`` from ``verl.utils.tracking`` after this call (``RayPPOTrainer.fit()``), and in every verl module
+    already imported that bound verl's class at import time (verl 0.9's ``trainer/ppo/v1/trainer_base.py``), which
+    is rebound with a WARNING (a ``Tracking`` built before the call keeps verl's own).
 
-    The trackers it creates close from an ``atexit`` hook (verl never calls ``finish()``). Returns a function that
-    restores verl's own class. Raises :class:`ConfigError` when verl is not installed.
+    The trackers it creates close from an ``atexit`` hook. With ``warn_unused``, a process that exits without verl
+    having built a ``Tracking`` logs a WARNING: the patch went into a process where verl's trainer does not run (with
+    ``python -m verl.trainer.main_ppo`` that is the Ray actor ``TaskRunner``: use :func:`setup`). Returns a function
+    that restores verl's own class. Raises :class:`ConfigError` when verl is not installed.
     """
     try:
         target: Any = importlib.import_module(module)
     except ImportError as err:
         raise ConfigError(f"patch_verl() needs verl ({module} cannot be imported: {err}); pip install verl") from err
     original = target.Tracking
+    built: list[int] = []
 
     class _PatchedTracking(Tracking):
         def __init__(
@@ -195,6 +206,7 @@ def patch_verl(bridge_config: BridgeConfigSource = None, *, module: str = "verl.
         ) -> None:
             if kwargs:
                 _log.warning("otel-bridge Tracking ignores verl arguments it does not know: %s", sorted(kwargs))
+            built.append(1)
             super().__init__(
                 project_name,
                 experiment_name,
@@ -206,10 +218,61 @@ def patch_verl(bridge_config: BridgeConfigSource = None, *, module: str = "verl.
 
     _PatchedTracking.__name__ = _PatchedTracking.__qualname__ = "Tracking"
     target.Tracking = _PatchedTracking
-    restore_phases = phases.patch_phases(target)  # verl's marked_timer blocks become phases
+    restore_phases = phases.patch_phases(target)  # verl's marked_timer blocks become phases (wraps Tracking again)
+    patched = target.Tracking
+    bound = sorted(
+        name
+        for name, loaded in list(sys.modules.items())
+        if name.startswith("verl.") and name != module and getattr(loaded, "Tracking", None) is original
+    )
+    for name in bound:
+        setattr(sys.modules[name], "Tracking", patched)  # noqa: B010 - a module attribute mypy cannot see
+    if bound:
+        _log.warning(
+            "patch_verl() came after %s imported verl's Tracking; rebound it there, but a Tracking already built "
+            "keeps verl's own: patch before verl's trainer starts (docs/verl.md)",
+            ", ".join(bound),
+        )
+
+    def unused() -> None:
+        if not built:
+            _log.warning(
+                "patch_verl() was called in this process (pid %d) but verl built no Tracking here: with python -m "
+                "verl.trainer.main_ppo verl's trainer runs in the Ray actor TaskRunner; use the runtime_env setup "
+                "hook otel_bridge.integrations.verl.setup (docs/verl.md)",
+                os.getpid(),
+            )
+
+    if warn_unused:
+        atexit.register(unused)
 
     def restore() -> None:
         restore_phases()
+        if warn_unused:
+            atexit.unregister(unused)
         target.Tracking = original
+        for name in bound:
+            if getattr(sys.modules.get(name), "Tracking", None) is patched:
+                setattr(sys.modules[name], "Tracking", original)  # noqa: B010
 
     return restore
+
+
+def setup() -> None:
+    """Ray's ``worker_process_setup_hook`` for verl: :func:`patch_verl` in every Ray worker process before it runs
+    anything, so verl's trainer actor builds otel-bridge's :class:`Tracking` with verl's own entry point unchanged::
+
+        python -m verl.trainer.main_ppo ... \\
+            +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_bridge.integrations.verl.setup
+
+    The bridge config is the file ``$OTEL_BRIDGE_CONFIG`` names (optional: trackers, metrics, ...), and the
+    infrastructure source verl's own ``actor_rollout_ref.rollout.prometheus`` when the file names none. A process
+    without verl installed (not one of verl's) is left alone; a ``$OTEL_BRIDGE_CONFIG`` that is not a file raises
+    :class:`ConfigError`, which Ray reports as the worker's start-up failure.
+    """
+    path = os.environ.get(ENV_CONFIG_FILE, "").strip()
+    if path and not Path(path).is_file():
+        raise ConfigError(f"${ENV_CONFIG_FILE} names {path!r}, which is not a file in this Ray worker's filesystem")
+    if importlib.util.find_spec("verl") is None:
+        return
+    patch_verl(BridgeConfig.load(path) if path else None, warn_unused=False)

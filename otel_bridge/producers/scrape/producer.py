@@ -399,7 +399,7 @@ class ScrapeProducer:
             points = compute_stats(query, [s for name in names for s in by_name.get(name, ())], window)
             if points is None:
                 missing.append(query)
-            elif points:
+            else:  # matched, even without a value in this window (no observations): not missing
                 metrics.append(to_metric(query, points, window))
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:

@@ -11,6 +11,7 @@ The bottom of the house: nothing here imports a part of otel_bridge that sits ab
 from otel_bridge.config.load import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, apply_env_overrides, read_yaml
 from otel_bridge.config.messages import format_validation_error
 from otel_bridge.config.model import (
+    DEFAULT_MAX_GROUPS,
     AuthConfig,
     BoundaryMode,
     BridgeConfig,
@@ -32,6 +33,7 @@ from otel_bridge.config.model import (
 
 __all__ = [
     "AUTO",
+    "DEFAULT_MAX_GROUPS",
     "ENV_PREFIX",
     "ENV_PROMETHEUS_URL",
     "AuthConfig",

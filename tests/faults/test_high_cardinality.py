@@ -1,12 +1,14 @@
 """A ``by:`` label with 19,000 values (under ``scrape.max_series``) on the scrape path (issue 27, finding 5): each
 record holds at most ``max_groups`` label groups of that metric, the groups beyond it are summed into one ``_other``
 group so the metric's total stays exact, the health key ``otel_bridge/groups_dropped/metric.<key>`` counts them,
-one WARNING names the metric, the count, the bound and the key to raise, and the healthy metric is in every record."""
+one WARNING names the metric, the count, the bound and the key to raise, and the healthy metric is in every record.
+The PromQL path, against a real Prometheus (2.42 and 3.16) scraping the same page, bounds the metric the same way."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from otel_bridge import Bridge
 from tests.faults.support import CollectingBackend, base_config, count_logs
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+from tests.helpers.prometheus_server import PrometheusServer
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +111,49 @@ def test_max_groups_is_a_config_key(tmp_path: Path) -> None:
     assert len(groups) == 10
     assert sum(groups.values()) == pytest.approx(record[TOTAL], rel=1e-12)
     assert record[DROPPED] == VALUES - 9
+
+
+def test_the_promql_path_bounds_the_same_metric(tmp_path: Path, prometheus_version: str) -> None:
+    """A real Prometheus scraping the same page: the PromQL path's records hold the same bounded groups, whose total
+    is the whole metric's increase as Prometheus computes it."""
+    page = ManyAdapters()
+    prometheus = PrometheusServer(
+        tmp_path / "prom", targets=[f"127.0.0.1:{page.server.port}"], scrape_interval_s=1.0, version=prometheus_version
+    )
+    collecting = CollectingBackend()
+    config = base_config(
+        tmp_path,
+        "many-promql",
+        prometheus={"url": prometheus.url, "scrape_interval_s": 1, "boundary": "samples", "timeout_s": 20},
+        metrics=METRICS,
+        delivery={"produce_timeout_s": 60},
+    )
+    try:
+        prometheus.start()
+        deadline = time.monotonic() + 60
+        while not prometheus.query(f"count_over_time({RUNNING}[1m]) >= 2"):
+            assert time.monotonic() < deadline, "Prometheus does not scrape the page"
+            time.sleep(0.2)
+        with Bridge.from_config(config, backends=[collecting]) as bridge:
+            for step in range(5):
+                with bridge.step(step):
+                    time.sleep(1.5)  # longer than the scrape interval: every window holds samples
+                bridge.collect(step)
+    finally:
+        prometheus.stop()
+        page.server.close()
+    records = collecting.by_step()
+    counted = 0
+    for step in range(1, 5):
+        record = records[step]
+        assert record[HEALTHY] == 3.0
+        groups = {k: v for k, v in record.items() if k.startswith(PER_LORA)}
+        assert len(groups) <= 100
+        if TOTAL not in record:
+            continue  # a window without two samples of the counter has no increase
+        counted += 1
+        assert len(groups) == 100
+        assert f"{PER_LORA}lora._other" in groups
+        assert sum(groups.values()) == pytest.approx(record[TOTAL], rel=1e-9)
+        assert record[DROPPED] == VALUES - 99
+    assert counted >= 2

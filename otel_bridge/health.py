@@ -36,6 +36,7 @@ BOUNDARY_LAG = "otel_bridge/boundary_lag_s"
 TARGETS_DOWN = "otel_bridge/targets_down"
 TARGETS_UNREAD = "otel_bridge/targets_unread"
 UNREAD = "otel_bridge/unread_s"
+GROUPS_DROPPED = "otel_bridge/groups_dropped"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -53,6 +54,8 @@ DESCRIPTIONS: Mapping[str, str] = {
     TARGETS_DOWN: "Prometheus targets with a failed scrape during the last step",
     TARGETS_UNREAD: "configured targets without a reading at the end of the last step",
     UNREAD: "per target unread at the end of the last step: seconds since its last reading",
+    GROUPS_DROPPED: "per metric over its max_groups in the last step: label groups summed into its _other group or "
+    "left out",
 }
 UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
 

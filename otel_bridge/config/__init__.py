@@ -18,6 +18,7 @@ from otel_bridge.config.load import (
 )
 from otel_bridge.config.messages import format_validation_error
 from otel_bridge.config.model import (
+    DEFAULT_MAX_GROUPS,
     AuthConfig,
     BoundaryMode,
     BridgeConfig,
@@ -39,6 +40,7 @@ from otel_bridge.config.model import (
 
 __all__ = [
     "AUTO",
+    "DEFAULT_MAX_GROUPS",
     "ENV_CONFIG_FILE",
     "ENV_PREFIX",
     "ENV_PROMETHEUS_URL",

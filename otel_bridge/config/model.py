@@ -57,6 +57,8 @@ BoundaryMode = Literal["auto", "scrape", "samples"]
 """``prometheus.boundary``: what bounds a step's window for counters and histograms."""
 RulesMode = Literal["auto", "required", "off"]
 """``prometheus.recording_rules``: whether a step reads otel-bridge's recording rules."""
+DEFAULT_MAX_GROUPS = 100
+"""``max_groups``' default: the label groups one metric adds to a record at most."""
 
 
 def _check_http_url(value: str, key: str, credentials_go: str, written: str | None = None) -> str:
@@ -380,6 +382,13 @@ class MetricConfig(_Model):
             "idle_seconds statistic."
         ),
     )
+    max_groups: int | None = Field(
+        None,
+        ge=2,
+        description=(
+            "Cap on this metric's label groups (values of `by`) in one record; default: the top-level max_groups."
+        ),
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> Self:
@@ -398,7 +407,7 @@ class MetricConfig(_Model):
         if self.preset is not None and (
             self.type or self.stats or self.alias or self.labels or self.scale or self.full_scale
         ):
-            raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`)")
+            raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`/`max_groups`)")
         known = self.type or (metric_kind(self.otlp.instrument) if self.otlp is not None else None)
         if known is not None and self.stats is not None:
             kind: MetricKind = known
@@ -566,6 +575,16 @@ class BridgeConfig(_Model):
     prometheus: PrometheusConfig = PrometheusConfig()
     scrape: ScrapeConfig = ScrapeConfig()
     metrics: list[MetricConfig] = Field(default_factory=list)
+    max_groups: int = Field(
+        DEFAULT_MAX_GROUPS,
+        ge=2,
+        description=(
+            "Cap on the label groups (values of a metric's `by` labels) one metric adds to a record; the groups after "
+            "the first max_groups - 1 in label order are summed into one `_other` group (delta, rate, count, sum, and "
+            "gauges with agg sum/max/min) or left out (quantiles, means, ratios), counted in "
+            "otel_bridge/groups_dropped. metrics[].max_groups overrides it for one metric."
+        ),
+    )
     roles: dict[str, list[dict[str, str]]] = Field(
         default_factory=dict,
         description=(

@@ -50,7 +50,7 @@ def build_producers(config: BridgeConfig, health: Health, rollout_servers: Rollo
 
     Raises the start-up errors of ``startup: strict`` (unreachable Prometheus, no targets found...).
     """
-    queries = resolve_metrics(config.metrics, config.roles)
+    queries = resolve_metrics(config.metrics, config.roles, config.max_groups)
     source = config.resolved_source()
     if not queries or source is None:
         return Producers()

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from otel_bridge.config import MetricConfig
+from otel_bridge.config import DEFAULT_MAX_GROUPS, MetricConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
 from otel_bridge.prometheus_names import is_classic_name, metric_kind
@@ -46,6 +46,9 @@ class MetricQuery:
     full_scale: float | None = None
     roles: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     source_index: int = field(default=0, compare=False)
+    max_groups: int = DEFAULT_MAX_GROUPS
+    """The most label groups this metric adds to one record (``max_groups``): the rest are folded
+    (:func:`~otel_bridge.producers.statistics.bound_groups`)."""
     utf8: bool = False
     """An ``otlp:`` entry whose translation strategy keeps dots: :attr:`name` may be a UTF-8 name, quoted in
     selectors (``{"trainer.tokens_total"}``) and refused on a store without UTF-8 names."""
@@ -94,17 +97,20 @@ class MetricQuery:
         return found
 
 
-def resolve_metrics(configs: Sequence[MetricConfig], roles: RoleMap | None = None) -> list[MetricQuery]:
+def resolve_metrics(
+    configs: Sequence[MetricConfig], roles: RoleMap | None = None, max_groups: int = DEFAULT_MAX_GROUPS
+) -> list[MetricQuery]:
     """Expand presets and deprecated names into :class:`MetricQuery` objects, rejecting duplicate keys; queries
-    grouped ``by`` :data:`ROLE_LABEL` get the configured ``roles``."""
-    queries = _resolve(configs)
+    grouped ``by`` :data:`ROLE_LABEL` get the configured ``roles``; ``max_groups`` (the top-level key) bounds the
+    label groups of every metric whose entry does not set its own."""
+    queries = _resolve(configs, max_groups)
     if roles:
         pairs = tuple((role, tuple(sorted(labels.items()))) for role, sets in roles.items() for labels in sets)
         queries = [replace(q, roles=pairs) if ROLE_LABEL in q.by else q for q in queries]
     return queries
 
 
-def _resolve(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
+def _resolve(configs: Sequence[MetricConfig], max_groups: int) -> list[MetricQuery]:
     queries: list[MetricQuery] = []
     for index, config in enumerate(configs):
         if config.preset is not None:
@@ -118,14 +124,16 @@ def _resolve(configs: Sequence[MetricConfig]) -> list[MetricQuery]:
                 merged = {**entry, "by": own + [label for label in config.by if label not in own]}
                 if "agg" in config.model_fields_set and entry.get("type") == "gauge":
                     merged["agg"] = config.agg
-                queries.append(_query(MetricConfig.model_validate(merged), index))
+                if config.max_groups is not None:
+                    merged["max_groups"] = config.max_groups
+                queries.append(_query(MetricConfig.model_validate(merged), index, max_groups))
         else:
-            queries.append(_query(config, index))
+            queries.append(_query(config, index, max_groups))
     _reject_duplicates(queries)
     return queries
 
 
-def _query(config: MetricConfig, index: int) -> MetricQuery:
+def _query(config: MetricConfig, index: int, max_groups: int) -> MetricQuery:
     if config.name is not None and config.name in DEPRECATED:
         config = _replace_deprecated(config, index)
     stats = tuple(config.stats) if config.stats is not None else ()
@@ -138,6 +146,7 @@ def _query(config: MetricConfig, index: int) -> MetricQuery:
         "scale": config.scale if config.scale is not None else 1.0,
         "full_scale": config.full_scale,
         "source_index": index,
+        "max_groups": config.max_groups if config.max_groups is not None else max_groups,
     }
     if config.promql is not None:
         assert config.alias is not None

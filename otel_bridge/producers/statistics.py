@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ from typing import Final
 
 from opentelemetry.sdk.metrics.export import Metric
 
+from otel_bridge.health import GROUPS_DROPPED, Health
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
@@ -493,6 +495,105 @@ def _ratio(query: MetricQuery, increases: Increases) -> list[StatPoint]:
         if den[group] > 0:  # no denominator events in the window: no ratio (not NaN)
             points.append(StatPoint(None, group, num[group] / den[group]))
     return points
+
+
+OTHER_VALUE: Final = "_other"
+"""The value every ``by`` label takes in the group that holds a metric's groups beyond its ``max_groups``."""
+
+
+def foldable(query: MetricQuery, stat: str | None) -> Callable[[Sequence[float]], float] | None:
+    """How the values of ``stat`` in several groups combine into the one value those groups' series would give
+    together (exactly), or ``None`` when they cannot: a counter's delta and rate and a histogram's count and sum add
+    up; a gauge's statistics combine with its ``agg`` (``sum``, ``max`` or ``min``; not ``mean``, whose groups hold
+    different numbers of series); quantiles, means, ratios and raw PromQL do not combine."""
+    if stat is None or query.ratio is not None or query.promql is not None:
+        return None
+    if query.kind == "counter" and stat in ("delta", "rate"):
+        return math.fsum
+    if query.kind == "histogram" and stat in ("count", "sum"):
+        return math.fsum
+    if query.kind == "gauge" and query.agg != "mean":
+        return AGGREGATIONS[query.agg]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedPoints:
+    """A metric's points within its ``max_groups``, and how many of its label groups were folded or left out."""
+
+    points: list[StatPoint]
+    groups: int
+    dropped: int
+
+
+def bound_groups(query: MetricQuery, points: Sequence[StatPoint]) -> BoundedPoints:
+    """At most ``query.max_groups`` label groups of ``points``: the first ``max_groups - 1`` in label order are kept,
+    and the rest become one group whose ``by`` labels are all :data:`OTHER_VALUE`, holding each statistic that
+    :func:`foldable` combines exactly (so the metric's total over its groups is unchanged); the others are left out.
+
+    Label order, not size, picks the groups kept: it needs no state, is the same on both paths and in every window,
+    and a group changes sides only when a label value sorting before it appears or goes, where ranking by value
+    would move groups in and out of ``_other`` from one step to the next and break a tracker's plots.
+    """
+    other: Group = tuple((label, OTHER_VALUE) for label in query.by)
+    groups = sorted({p.group for p in points})
+    if len(groups) <= query.max_groups:
+        return BoundedPoints(list(points), len(groups), 0)
+    kept = set([g for g in groups if g != other][: query.max_groups - 1])  # a real `_other` value is folded too
+    bounded = [p for p in points if p.group in kept]
+    folded: dict[str | None, list[float]] = defaultdict(list)
+    for p in points:
+        if p.group not in kept:
+            folded[p.stat].append(p.value)
+    for stat, values in folded.items():
+        combine = foldable(query, stat)
+        if combine is not None:
+            bounded.append(StatPoint(stat, other, combine(values)))
+    return BoundedPoints(bounded, len(groups), len(groups) - len(kept))
+
+
+class GroupBound:
+    """Applies :func:`bound_groups` to each metric of a producer's windows, and says what it folded: the health gauge
+    ``otel_bridge/groups_dropped{metric}`` (while a metric is over its bound) and one WARNING per metric (rate-limited)
+    naming the count, the bound and the key to raise."""
+
+    def __init__(self, health: Health, warn: RateLimitedLogger) -> None:
+        self._health = health
+        self._warn = warn
+        self._over: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> list[StatPoint]:
+        """``points`` within ``query.max_groups``, the rest folded or left out and counted."""
+        bounded = bound_groups(query, points)
+        labels = {"metric": query.key_name}
+        with self._lock:
+            if bounded.dropped:
+                self._over.add(query.key_name)
+                self._health.set(GROUPS_DROPPED, float(bounded.dropped), labels=labels)
+            elif query.key_name in self._over:
+                self._over.discard(query.key_name)
+                self._health.forget(GROUPS_DROPPED, labels)
+        if bounded.dropped:
+            self._warn.warning(
+                f"groups:{query.key_name}",
+                "step %d: metric %s (metrics[%d]) has %d label groups of %s, over its bound of %d: the %d groups after "
+                "the first %d in label order are summed into one %r group where that is exact (delta, rate, count, "
+                "sum, gauges with agg sum/max/min) and left out otherwise, counted in %s; raise metrics[%d].max_groups "
+                "(or the top-level max_groups) to keep them apart, or group by fewer labels",
+                window.step,
+                query.key_name,
+                query.source_index,
+                bounded.groups,
+                list(query.by),
+                query.max_groups,
+                bounded.dropped,
+                query.max_groups - 1,
+                OTHER_VALUE,
+                GROUPS_DROPPED,
+                query.source_index,
+            )
+        return bounded.points
 
 
 def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> Metric:

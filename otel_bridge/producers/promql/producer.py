@@ -64,6 +64,7 @@ from otel_bridge.producers.promql.targets import (
 )
 from otel_bridge.producers.scrape.process import Scraper
 from otel_bridge.producers.statistics import (
+    GroupBound,
     Increases,
     RawSeries,
     merge_increases,
@@ -137,6 +138,7 @@ class PromQLProducer:
         self._store = store
         self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
         self._warn = RateLimitedLogger(_log, warn_interval_s)
+        self._bound = GroupBound(self._health, self._warn)
         self._health.count(QUERY_ERRORS, 0.0)
         self._health.count(QUERY_WARNINGS, 0.0)
 
@@ -396,7 +398,7 @@ class PromQLProducer:
             else:
                 points = answer.points.get(index, [])
             if points:
-                metrics.append(to_metric(query, points, window))
+                metrics.append(to_metric(query, self._bound(query, points, window), window))
         missing = [q for i, q in enumerate(self._queries) if i not in answered and _expects_answer(q, window)]
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:

@@ -48,7 +48,7 @@ from otel_bridge.producers.scrape.readings import (
     process_start,
     window_readings,
 )
-from otel_bridge.producers.statistics import compute_stats, missing_warning, to_metric
+from otel_bridge.producers.statistics import GroupBound, compute_stats, missing_warning, to_metric
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing
@@ -119,6 +119,7 @@ class ScrapeProducer:
         self._produce_timeout_s = produce_timeout_s
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
+        self._bound = GroupBound(self._health, self._warn)
         self._pool = ThreadPoolExecutor(
             max_workers=32, thread_name_prefix="otel-bridge-scrape", initializer=suppress_in_this_thread
         )
@@ -400,7 +401,7 @@ class ScrapeProducer:
             if points is None:
                 missing.append(query)
             else:  # matched, even without a value in this window (no observations): not missing
-                metrics.append(to_metric(query, points, window))
+                metrics.append(to_metric(query, self._bound(query, points, window) if points else points, window))
         self._health.set(MISSING_METRICS, float(len(missing)))
         for query in missing:
             missing_warning(self._warn, query, window, f"no target among {len(targets)} exposes it")

@@ -149,8 +149,7 @@ def test_prometheus_down_is_one_clear_traceback_with_the_cause_kept(tmp_path: Pa
     assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
     assert "During handling of the above exception" not in done.stderr
     assert "direct cause" not in done.stderr
-    assert (
-        done.stderr.strip()
-        .splitlines()[-1]
-        .startswith(f"otel_bridge.errors.PrometheusUnreachableError: cannot reach Prometheus at {url}/api/v1/query")
-    )
+    last = done.stderr.strip().splitlines()[-1]
+    # The first request at start-up asks the store what it is (buildinfo); the line names it and what to check.
+    assert last.startswith(f"otel_bridge.errors.PrometheusUnreachableError: cannot reach Prometheus at {url}/api/v1/")
+    assert last.endswith("check prometheus.url and that Prometheus is running"), last

@@ -97,27 +97,56 @@ def add_parser(commands: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """A named choice of keys (``--view``): ``wants(key)`` says whether the view plots ``key``."""
+    """A named choice of keys (``--view``): ``wants(key)`` says whether the view plots ``key`` (for a phase's key,
+    the key without its ``phase/<name>/`` prefix); ``phases``: the view draws the phases' statistics too, as
+    ``--phases`` does."""
 
     help: str
     wants: Callable[[str], bool]
+    phases: bool = False
 
 
 def _step_level(key: str) -> bool:
     return not key.startswith(("otel_bridge/", "phase/"))
 
 
+GPU_METRICS = (
+    "DCGM_FI_",  # NVIDIA dcgm-exporter (preset dcgm)
+    "gpu_gfx_activity",  # AMD device-metrics-exporter (preset amd)
+    "gpu_used_vram",
+    "gpu_power_usage",
+    "gpu_energy_consumed",
+    "ray_node_gpus_utilization",  # Ray's node metrics (preset ray)
+    "ray_node_gram_used",
+    "tokens_per_joule",
+)
+"""Metric names (or their start) whose keys the ``gpu`` view plots."""
+
+
+def _gpu_time(key: str) -> bool:
+    """A GPU key (utilization, idle GPU-seconds, memory, energy, tokens per joule), or a phase's (the step's) length:
+    where each step's GPU time went, phase by phase."""
+    return key == "seconds" or key in (STEP_SECONDS_KEY, OUTSIDE_PHASES_KEY) or any(m in key for m in GPU_METRICS)
+
+
 VIEWS: dict[str, View] = {
     "steps": View("every step-level key (not phase/*, not otel_bridge/*)", _step_level),
     "health": View("the bridge's own health keys (otel_bridge/*)", lambda key: key.startswith("otel_bridge/")),
+    "gpu": View(
+        "where the GPU time went: utilization, idle GPU-seconds, memory and energy per step, each phase's beside its "
+        "step's, and the phases' lengths",
+        _gpu_time,
+        phases=True,
+    ),
 }
-"""The views of ``--view``. A view is added here with :func:`add_view` (e.g. a GPU view: the GPU keys)."""
+"""The views of ``--view``. A view is added here with :func:`add_view`."""
 DEFAULT_VIEW = "steps"
 
 
-def add_view(name: str, help_text: str, wants: Callable[[str], bool]) -> None:
-    """Register a ``--view NAME`` that plots the keys ``wants`` accepts (phases with ``--phases``)."""
-    VIEWS[name] = View(help_text, wants)
+def add_view(name: str, help_text: str, wants: Callable[[str], bool], *, phases: bool = False) -> None:
+    """Register a ``--view NAME`` that plots the keys ``wants`` accepts (the phases' too when ``phases``, or with
+    ``--phases``)."""
+    VIEWS[name] = View(help_text, wants, phases)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +233,7 @@ def select_series(
     if over:
         _log.warning("the records have more than %d keys; %d key occurrence(s) left out", MAX_KEYS, over)
     keys = sorted(seen)
+    phases = phases or (not patterns and VIEWS[view].phases)
     if patterns:
         chosen = [k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
     else:
@@ -255,7 +285,7 @@ def run_name(path: Path) -> str:
     return resolved.parent.name if resolved.name == "metrics.jsonl" and resolved.parent.name else resolved.stem
 
 
-_STAT = re.compile(r"^(delta|rate|last|min|max|mean|count|sum|p\d{1,2}(\.\d+)?)$")
+_STAT = re.compile(r"^(delta|rate|last|min|max|mean|count|sum|idle_seconds|p\d{1,2}(\.\d+)?)$")
 
 
 def _stat_and_metric(key: str) -> tuple[str | None, str]:
@@ -270,6 +300,10 @@ def _stat_and_metric(key: str) -> tuple[str | None, str]:
 
 def _base_unit(metric: str) -> str | None:
     """The unit a metric's name states (Prometheus naming conventions)."""
+    if metric == "joules" or metric.endswith("_joules"):
+        return "J"
+    if metric.endswith(("GPU_UTIL", "_utilization", "gfx_activity")):
+        return "%"
     if "_seconds" in metric or metric.endswith("_s"):
         return "s"
     if "_bytes" in metric:
@@ -289,6 +323,8 @@ def unit_of(key: str, *, histogram: bool = False) -> str | None:
     if phase is not None:
         return "s" if rest == "seconds" else unit_of(rest, histogram=histogram)
     stat, metric = _stat_and_metric(key)
+    if stat == "idle_seconds":
+        return "idle GPU-s"
     base = _base_unit(metric)
     if stat == "rate":
         return f"{base}/s" if base else "per s"

@@ -287,3 +287,24 @@ def test_a_legend_too_wide_for_its_panel_gets_fewer_columns_and_stays_in_the_ima
             assert 0 <= box[1] < box[3] <= height, box
             assert not any(overlap(box, area) for area in data_areas), box
         assert not overlap(boxes[0], boxes[1])
+
+
+def test_the_gpu_view_shows_where_each_steps_gpu_time_went(demo_run: Path, tmp_path: Path) -> None:
+    """``--view gpu``: utilization, idle GPU-seconds and energy per step, each phase's idle GPU-seconds beside its
+    step's (without ``--phases``), the phases' lengths, in their units; nothing of vLLM's or the trainer's."""
+    png = tmp_path / "gpu.png"
+    done = run_cli(["plot", str(demo_run), "--view", "gpu", "-o", str(png)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    panels = {panel["group"]: panel for panel in layout_of(png)}
+    keys = [key for panel in panels.values() for axes in panel["axes"] for key in axes["keys"]]
+    assert keys, panels
+    assert not [k for k in keys if "vllm" in k or k.startswith(("actor/", "otel_bridge/"))], keys
+    units = {key: axes["unit"] for panel in panels.values() for axes in panel["axes"] for key in axes["keys"]}
+    idle = "rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds/Hostname.trainer-node"
+    for key in (idle, f"phase/gen/{idle}", f"phase/update/{idle}"):
+        assert units.get(key) == "idle GPU-s", (key, sorted(units))
+    assert units["rollout/DCGM_FI_DEV_GPU_UTIL/mean/Hostname.trainer-node"] == "%"
+    energy = [k for k in keys if "/joules/delta" in k and not k.startswith("phase/")]
+    assert energy, keys
+    assert {units[k] for k in energy} == {"J per step"}
+    assert {"phase/gen/seconds", "phase/update/seconds"} <= set(panels["phases"]["axes"][0]["keys"])

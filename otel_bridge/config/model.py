@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from otel_bridge.config.load import AUTO, Lines, apply_env_overrides, read_secret, read_yaml_lines
 from otel_bridge.config.messages import format_validation_error
+from otel_bridge.config.trackers import BUILTIN_TRACKERS, plugin_tracker_types, unknown_tracker_message
 from otel_bridge.errors import ConfigError, redact_url_credentials
 from otel_bridge.prometheus_names import (
     LABEL_NAME,
@@ -435,7 +436,17 @@ class TrackerConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    type: str = Field(description="jsonl, tensorboard, console")
+    type: str = Field(
+        description="jsonl, tensorboard, console, wandb, mlflow, trackio, or a tracker an installed package declares"
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, kind: str) -> str:
+        plugins = plugin_tracker_types()
+        if kind not in BUILTIN_TRACKERS and kind not in plugins:
+            raise ValueError(unknown_tracker_message(kind, plugins))
+        return kind
 
     def __repr__(self) -> str:
         return redact_url_credentials(super().__repr__())

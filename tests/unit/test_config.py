@@ -636,3 +636,21 @@ def test_valid_values_are_kept_as_given(data: dict[str, Any]) -> None:
             expected = [_normalised_target(t) for t in value] if (section, key) == ("scrape", "targets") else value
             assert getattr(getattr(config, section), key) == expected, (section, key)
     assert BridgeConfig.from_dict(config.model_dump()) == config
+
+
+def test_three_typos_take_one_run_tracker_types_included() -> None:
+    """Issue 26: a misspelt key, a misspelt tracker type and a wrong value are reported together, each with its key
+    and a did-you-mean where one fits; the tracker's used to surface only when the backends were built, a run later."""
+    message = config_error(
+        {
+            "prometheus": {"url": "http://prometheus:9090", "timout_s": 5},
+            "trackers": [{"type": "jsonl"}, {"type": "tensorbord"}],
+            "delivery": {"produce_timeout_s": -1},
+        }
+    )
+    assert "(3 problems)" in message, message
+    assert "prometheus.timout_s" in message, message
+    assert "did you mean 'prometheus.timeout_s'?" in message, message
+    assert "trackers[1].type" in message, message
+    assert "unknown tracker 'tensorbord'; did you mean 'tensorboard'?" in message, message
+    assert "delivery.produce_timeout_s" in message, message

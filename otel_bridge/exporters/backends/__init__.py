@@ -6,6 +6,7 @@ created by a factory ``(options, run_dir) -> Backend`` (:data:`BackendFactory`) 
 entry point of the group :data:`ENTRY_POINT_GROUP`; :func:`create_backend` builds any kind (docs/backends.md).
 """
 
+from otel_bridge.config.trackers import ENTRY_POINT_GROUP
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.options import (
     BackendOptions,
@@ -17,7 +18,7 @@ from otel_bridge.exporters.backends.options import (
     parse_options,
     under,
 )
-from otel_bridge.exporters.backends.registry import ENTRY_POINT_GROUP, BackendFactory, create_backend
+from otel_bridge.exporters.backends.registry import BackendFactory, create_backend
 
 __all__ = [
     "ENTRY_POINT_GROUP",

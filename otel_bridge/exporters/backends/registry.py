@@ -8,7 +8,6 @@ declared in the plugin's package metadata instead of here. Built-in kinds take p
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import logging
@@ -16,13 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from otel_bridge.config.trackers import BUILTIN_TRACKERS, ENTRY_POINT_GROUP, unknown_tracker_message
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.base import Backend
 
 _log = logging.getLogger(__name__)
 
-ENTRY_POINT_GROUP: Final = "otel_bridge.backends"
-"""The entry-point group in which installed packages declare extra tracker kinds."""
 
 BackendFactory = Callable[[Mapping[str, Any], Path], Backend]
 """A factory ``(options, run_dir) -> Backend``: what :data:`BACKENDS` holds and what a plugin entry point names."""
@@ -36,6 +34,8 @@ BUILTIN_BACKENDS: Final[Mapping[str, str]] = {
     "trackio": "otel_bridge.exporters.backends.trackio:create_trackio_backend",
 }
 """Built-in kind -> ``module:function`` of its factory, declared like a plugin's entry point."""
+if tuple(BUILTIN_BACKENDS) != BUILTIN_TRACKERS:  # the configuration check accepts exactly these
+    raise RuntimeError("BUILTIN_BACKENDS and otel_bridge.config.trackers.BUILTIN_TRACKERS list different trackers")
 
 
 def _by_reference(kind: str, reference: str) -> BackendFactory:
@@ -71,15 +71,7 @@ def plugin_entry_points() -> dict[str, list[importlib.metadata.EntryPoint]]:
 
 
 def _unknown_kind(kind: str, plugins: Mapping[str, Sequence[importlib.metadata.EntryPoint]]) -> ConfigError:
-    installed = sorted(set(plugins) - set(BACKENDS))
-    plugin_text = ", ".join(installed) if installed else "none"
-    close = difflib.get_close_matches(kind, [*BACKENDS, *installed], n=1, cutoff=0.6)
-    did_you_mean = f"; did you mean {close[0]!r}?" if close else ""
-    return ConfigError(
-        f"unknown tracker {kind!r}{did_you_mean}; the built-in trackers are: {', '.join(sorted(BACKENDS))}; "
-        f"installed plugin trackers: {plugin_text} (a package adds one with an entry point in the group "
-        f"{ENTRY_POINT_GROUP!r}; see docs/backends.md)"
-    )
+    return ConfigError(unknown_tracker_message(kind, set(plugins)))
 
 
 def _load_plugin_factory(kind: str, entry_point: importlib.metadata.EntryPoint) -> BackendFactory:

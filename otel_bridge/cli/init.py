@@ -177,6 +177,10 @@ def starter_config(
         "#   rollout: [{Hostname: gpu-node-0}]",
         "#   trainer: [{Hostname: gpu-node-1}]",
         "",
+        "# At most this many label groups (values of `by`) per metric in one record; the rest is folded into _other",
+        "# and counted in otel_bridge/groups_dropped (metrics[].max_groups sets it for one metric).",
+        "# max_groups: 100",
+        "",
         "# Where records go. Relative paths are under <run.dir>/<run.name>/.",
         "trackers:",
     ]

@@ -237,7 +237,7 @@ def test_the_split_store_gets_every_step_in_several_parts() -> None:
             closing_s=INTERVAL_S + 0.1,
             report_unread=True,
             watched=["127.0.0.1:65000"],
-            exact_increase=lambda sel, length, at: f"increase({sel}[{length}] @ {at})",
+            exact_increase=lambda sel, length, at, present=None: f"increase({sel}[{length}] @ {at})",
         )
         parts = plan.expressions(SPLIT_LEN)
         assert plan.expression is not None

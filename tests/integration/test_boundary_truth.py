@@ -31,7 +31,9 @@ Cases:
 - ``blocks``: ``with bridge.step(n)`` loops, each step ending and the next beginning at once, requests until each end;
 - ``*_busy``: the same on a saturated machine (two CPU-bound processes beside the test for the whole case, as on a
   trainer node);
-- ``down``: one replica's HTTP server down for two steps (``auto`` only).
+- ``down``: one replica's HTTP server down for two steps (``auto`` only);
+- slow rules (``rules`` only, its own test): the rule group turns slow to evaluate after the bridge started, so its
+  evaluations are stored seconds after the time they stand for.
 
 Contiguous cases end steps 1.. with ``bridge.log({}, step)``, whose window starts exactly at the previous boundary,
 so the windows tile the run. Traffic starts ``BAND_S`` after the first boundary and stops right before the last one:
@@ -59,6 +61,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -67,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig
@@ -774,3 +778,64 @@ def test_the_log_says_once_per_path_that_a_target_is_unread(
     assert len(prometheus) == sum(p in LAGGING for p in outcome.records), (
         prometheus
     )  # and none from the boundary-reading paths' Prometheus
+
+
+# -- a rule group that turns slow while the run goes on ----------------------------------------------------------------
+
+# Rules each costing ~0.3 s (2.42) / ~0.15 s (3.16) of Prometheus' CPU on this machine (a 2.4M-point subquery), put
+# ahead of the bridge's rules in its group: the group's evaluation then takes about 2 s, so each evaluation's samples,
+# stamped with its scheduled time, are stored about 2 s later, past the bridge's usual wait after a boundary.
+SLOW_RULE = "sum_over_time(vector(1)[40m:1ms])"
+SLOW_RULES = {"2.42": 7, "3.16": 14}
+
+
+def slow_rule_group(servers: Mapping[str, PrometheusServer], version: str) -> Callable[[list[Replica], Traffic], None]:
+    """A hook that makes the ``otel-bridge`` rule group of ``servers[version]`` (known once the case runs) slow to
+    evaluate: its rule file rewritten with :data:`SLOW_RULES` costly rules first, then Prometheus told to reload it
+    (SIGHUP), as a platform team adding rules to a running Prometheus does."""
+
+    def hook(replicas: list[Replica], traffic: Traffic) -> None:
+        server = servers[version]
+        assert server.rules is not None
+        assert server.process is not None
+        (group,) = server.rules["groups"]
+        slow = [{"record": f"test:slow_{i}", "expr": SLOW_RULE} for i in range(SLOW_RULES[version])]
+        document = {"groups": [{**group, "rules": [*slow, *group["rules"]]}]}
+        (server.workdir / "rules.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        server.process.send_signal(signal.SIGHUP)
+
+    return hook
+
+
+@pytest.mark.parametrize("version", PROMETHEUS_VERSIONS)
+def test_rules_stay_exact_when_their_evaluation_is_stored_late(
+    version: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The rule group turns slow after the bridge started (its evaluations stored ~2 s after the time they stand
+    for): a boundary must be represented by the same evaluation on both sides of it, whenever each side reads it, so
+    the steps still add up to the run exactly and each stays within its reported lag; replica 0 restarts in step 4, so
+    the re-read target's share is taken at those evaluations too."""
+
+    started: dict[str, PrometheusServer] = {}
+
+    @contextmanager
+    def stores(workdir: Path, interval_s: float) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
+        with environment(workdir, interval_s, (version,)) as (replicas, servers):
+            started.update(servers)
+            yield replicas, servers
+
+    path = on("rules", version)
+    outcome = run_case(
+        "slow_rules",
+        tmp_path_factory.mktemp(f"slow_rules-{version}"),
+        interval_s=1.0,
+        contiguous=True,
+        drive=drive_contiguous(
+            [1.2, 1.2, 1.2, 1.2, 2.8, 1.2, 1.2, 1.2, 1.2, 1.2],
+            hooks={1: slow_rule_group(started, version), 4: restart_replica_0(1.0)},
+        ),
+        paths=[path],
+        stores=stores,
+    )
+    errors = step_errors(outcome, path, lag_slack) + sum_errors(outcome, path)
+    assert not errors, report(outcome, path, errors)

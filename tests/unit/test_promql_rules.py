@@ -97,10 +97,15 @@ def test_changed_or_missing_rules_are_named_and_their_queries_read_raw() -> None
     assert PRESENT in fewer[1]
 
 
-def ruled_plan(window: StepWindow = WINDOW) -> WindowPlan:
+def ruled_plan(window: StepWindow = WINDOW, times: dict[str, float] | None = None) -> WindowPlan:
+    """A plan over :data:`QUERIES` read through the rules at the evaluations ``times`` (by default each boundary's
+    own time); ``{}``: before they are known."""
     ruleset, _ = find_rules(QUERIES, loaded(QUERIES, interval=5.0))
     assert ruleset is not None
-    return WindowPlan(QUERIES, window, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, rules=ruleset)
+    plan = WindowPlan(QUERIES, window, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, rules=ruleset)
+    assert window.start is not None
+    plan.at_rule_evaluations({"start": window.start, "end": plan.close_at} if times is None else times)
+    return plan
 
 
 def tagged(tag: str, value: float, **labels: str) -> PromSeries:
@@ -112,7 +117,7 @@ def test_a_ruled_window_reads_the_rules_at_both_boundaries_and_no_raw_series() -
     assert expr is not None
     assert "sum by (model_name) (otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 1010.000)" in expr
     assert "sum by (le) (otel_bridge:vllm:ttft_seconds_bucket:last5m_sum @ 1000.000)" in expr
-    assert f"max(timestamp({PRESENT} @ 1000.000))" in expr
+    assert f"{PRESENT} @ 1000.000" in expr
     assert f"max({AGE} @ 1010.000)" in expr
     assert f"count_over_time({RESETS}[310s] @ 1010.000)" in expr  # the window and the 5 minutes before it
     assert "last_over_time(vllm:" not in expr
@@ -123,8 +128,36 @@ def test_a_ruled_window_reads_the_rules_at_both_boundaries_and_no_raw_series() -
     assert "otel_bridge:vllm:ttft_seconds_count:last5m_sum @ 1015.500" in (final.expression or "")
 
 
+def test_a_ruled_window_is_read_at_the_evaluations_it_is_given_and_unanswered_without() -> None:
+    plan = ruled_plan(times={"start": 997.25, "end": 1008.5})
+    expr = plan.expression or ""
+    assert "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 1008.500" in expr
+    assert "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 997.250" in expr
+    assert f"count_over_time({RESETS}[311250ms] @ 1008.500)" in expr
+    unknown = ruled_plan(times={"end": 1008.5})
+    assert "last5m_sum" not in (unknown.expression or "")
+    answer = unknown.read(QueryResult("vector", (tagged("1/end/0", 130.0),)))
+    assert 1 not in answer.answered
+
+
+def test_the_rule_evaluations_asked_for_are_those_stored_whole() -> None:
+    plan = ruled_plan(times={})
+    expr = plan.rule_times_expression(start=True)
+    # Every record the plan reads and the target rules: the smallest of their latest sample times, each tagged apart
+    # (timestamp() drops the names, and one vector cannot hold two series with the same labels).
+    assert expr.count("min(timestamp(") == 3 * 7  # five sum records, PRESENT and AGE
+    assert f"min(timestamp({AGE} @ 1010.000))" in expr
+    assert f"min(timestamp({PRESENT} @ 1000.000))" in expr
+    assert f"min(timestamp({PRESENT}))" in expr  # the latest stored, whenever it stands for
+    times = plan.read_rule_times(
+        QueryResult("vector", (tagged("end", 1008.0), tagged("latest", 1013.0), tagged("1/end/0", 5.0)))
+    )
+    assert times == {"end": 1008.0, "latest": 1013.0}
+    assert "start" not in plan.rule_times_expression(start=False)
+
+
 def test_reading_a_ruled_answer_takes_the_lag_and_rereads_from_the_rule_series() -> None:
-    plan = ruled_plan()
+    plan = ruled_plan(times={"start": 997.0, "end": 1008.0})
     target = {"job": "rollout", "instance": "10.0.0.7:8000"}
     answer = plan.read(
         QueryResult(
@@ -132,8 +165,6 @@ def test_reading_a_ruled_answer_takes_the_lag_and_rereads_from_the_rule_series()
             (
                 tagged("1/end/0", 130.0, model_name="m"),
                 tagged("1/start/0", 100.0, model_name="m"),
-                tagged("rules/t/end", 1008.0),
-                tagged("rules/t/start", 997.0),
                 tagged("rules/age/end", 1.5),
                 tagged("rules/age/start", 0.5),
                 tagged("rules/reread", 1.0, **target),
@@ -163,8 +194,8 @@ def test_a_reread_series_share_in_the_rules_is_its_last_sample_in_five_minutes_b
 
 
 def test_without_a_rule_evaluation_near_a_boundary_the_ruled_queries_are_not_answered() -> None:
-    plan = ruled_plan()
-    answer = plan.read(QueryResult("vector", (tagged("1/end/0", 130.0), tagged("rules/t/end", 1008.0))))
+    plan = ruled_plan(times={"end": 1008.0})
+    answer = plan.read(QueryResult("vector", (tagged("1/end/0", 130.0),)))
     assert 1 not in answer.answered
     assert 1 not in answer.increases
 
@@ -172,6 +203,7 @@ def test_without_a_rule_evaluation_near_a_boundary_the_ruled_queries_are_not_ans
 def test_a_ruleset_covering_some_queries_leaves_the_others_on_raw_series() -> None:
     ruleset = RuleSet({1: ("otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",)}, 5.0, 0.0)
     plan = WindowPlan(QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.0, rules=ruleset)
+    plan.at_rule_evaluations({"start": 1000.0, "end": 1010.0})
     expr = plan.expression or ""
     assert "generation_tokens_total:last5m_sum_by_model_name @ 1010.000" in expr
     assert "last_over_time(vllm:ttft_seconds_bucket[12s] @ 1010.000)" in expr

@@ -26,9 +26,10 @@ so the answer's size grows with the configured metrics and label groups, not wit
   so the keys of a target that left can go.
 
 With the bridge's recording rules loaded (:mod:`otel_bridge.producers.promql.rules`), the queries they serve read
-the rules' per-group sums at each boundary instead (the rule group's last evaluation at or before it, ``t_r``); the
-targets to re-read and the lag come from the rules' per-target series, and a re-read target's share is reproduced
-at the rule evaluations' times.
+the rules' per-group sums at each boundary instead: at the time of the rule evaluation that stands for it (``t_r``,
+given to :meth:`WindowPlan.at_rule_evaluations` before the union is asked, so both boundaries are read at known
+evaluations: :meth:`WindowPlan.rule_times_expression` finds them); the targets to re-read and the lag come from the
+rules' per-target series, and a re-read target's share is reproduced at the same evaluations.
 
 The run's last window (:attr:`StepWindow.final`) is closed by the first sample after its end, ``closing_s`` later at
 the latest (for a counter between resets that is the smallest sample after the end: ``min_over_time``).
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -94,7 +95,6 @@ class Part:
         "down",
         "unread",
         "present",
-        "rule_time",
         "rule_age",
         "rule_reread",
     ]
@@ -118,7 +118,8 @@ class WindowAnswer:
     present: set[str] | None = None
     """The plan's ``watched`` instances Prometheus still scrapes at the window's end; ``None`` when none are watched."""
     rule_times: dict[str, float] = field(default_factory=dict)
-    """``{"start": t_rs, "end": t_re}``: the rule evaluations that stand for the boundaries (recording rules)."""
+    """``{"start": t_rs, "end": t_re}``: the rule evaluations that stand for the boundaries (recording rules), as
+    given to :meth:`WindowPlan.at_rule_evaluations`."""
     rule_ages: dict[str, float] = field(default_factory=dict)
     rule_reread: set[Target] = field(default_factory=set)
 
@@ -167,9 +168,12 @@ class WindowPlan:
         self.increase_queries = [i for i in increase_queries if window.start is not None]
         self.ruled = [i for i in self.increase_queries if rules is not None and i in rules.records]
         self._records = dict(rules.records) if rules is not None else {}
+        self.rule_times: dict[str, float] = {}
         self.close_at = (
             window.end + closing_s if window.final and self.increase_queries and closing_s > 0 else window.end
         )
+        self.reread_until = self.close_at
+        """Until when a re-read target's raw samples are fetched: :attr:`close_at`, or a later closing evaluation."""
         self.parts: dict[str, Part] = {}
         self._exprs: list[str] = []
         self._tags: list[str] = []
@@ -180,13 +184,11 @@ class WindowPlan:
                 self._gauge(index, query)
         for index in self.increase_queries:
             if index in self.ruled:
-                self._rule_increase(index, self.queries[index])
-            elif exact_increase is not None and not window.final:
+                continue  # read at the rule evaluations, once they are known (at_rule_evaluations)
+            if exact_increase is not None and not window.final:
                 self._exact_increase(index, self.queries[index], exact_increase)
             else:
                 self._increase(index, self.queries[index])
-        if self.ruled:
-            self._rule_targets()
         if report_down and window.start is not None:
             w = promql.duration(max(window.end - window.start, 0.001))
             self._add("down", Part("down"), f"(count_over_time(up[{w}]) - sum_over_time(up[{w}])) > 0")
@@ -329,24 +331,64 @@ class WindowPlan:
             self._add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
         self._lag(index, query)
 
+    def rule_times_expression(self, *, start: bool) -> str:
+        """The query (evaluate it now) for the rule evaluations around this window: ``end``, the last evaluation
+        stored whole at or before :attr:`close_at`; ``latest``, the last one stored whole; with ``start``, the last
+        one stored whole at or before the window's start (read by :meth:`read_rule_times`).
+
+        An evaluation is stored whole when every rule of the group has its samples at its time: Prometheus stamps an
+        evaluation with its scheduled time and stores each rule's samples when that rule is done, so on a busy server
+        they land seconds after the time they stand for, one rule after the other. Its time is the smallest of the
+        latest sample times of the group's series (a rule with no series at that evaluation wrote staleness markers,
+        so it does not hold it back).
+        """
+        names = sorted({record for index in self.ruled for record in self._records[index]} | {PRESENT, AGE})
+        times: list[tuple[str, str]] = [("end", f" @ {_at(self.close_at)}"), ("latest", "")]
+        if start:
+            assert self.window.start is not None
+            times.append(("start", f" @ {_at(self.window.start)}"))
+
+        def stored_whole(at: str) -> str:  # timestamp() drops the names: each record's own label keeps them apart
+            each = [
+                promql.tag_series(f"min(timestamp({name}{at}))", "otel_bridge_record", str(i))
+                for i, name in enumerate(names)
+            ]
+            return f"min({promql.union(each)})"
+
+        return promql.union([promql.tag_series(stored_whole(at), TAG_LABEL, which) for which, at in times])
+
+    @staticmethod
+    def read_rule_times(result: QueryResult) -> dict[str, float]:
+        """``{"end": ..., "latest": ..., "start": ...}`` from :meth:`rule_times_expression`'s answer (a time with no
+        evaluation stored within Prometheus' lookback is missing)."""
+        return {
+            series.labels[TAG_LABEL]: series.samples[-1][1]
+            for series in result.series
+            if series.samples and series.labels.get(TAG_LABEL) in ("end", "latest", "start")
+        }
+
+    def at_rule_evaluations(self, times: Mapping[str, float]) -> None:
+        """Read the ruled queries at the rule evaluations ``{"start": t_rs, "end": t_re}`` that stand for the window's
+        boundaries; without both, the ruled queries have no answer for this window."""
+        if not self.ruled or "start" not in times or "end" not in times:
+            return
+        self.rule_times = {"start": times["start"], "end": times["end"]}
+        self.reread_until = max(self.close_at, times["end"])
+        for index in self.ruled:
+            self._rule_increase(index, self.queries[index])
+        self._rule_targets()
+
     def _rule_increase(self, index: int, query: MetricQuery) -> None:
         histogram = query.kind == "histogram" and query.ratio is None
         for position, (name, record) in enumerate(zip(query.series_names(), self._records[index], strict=True)):
             by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-            boundaries: tuple[tuple[Literal["end", "start"], float | None], ...] = (
-                ("end", self.close_at),
-                ("start", self.window.start),
-            )
-            for kind, t in boundaries:
-                assert t is not None
-                expr = f"sum by ({by}) ({record} @ {_at(t)})"
+            for kind in ("end", "start"):
+                expr = f"sum by ({by}) ({record} @ {_at(self.rule_times[kind])})"
                 self._add(f"{index}/{kind}/{position}", Part(kind, index, name=name), expr)
 
     def _rule_targets(self) -> None:
-        start, end = self.window.start, self.close_at
-        assert start is not None
+        start, end = self.rule_times["start"], self.rule_times["end"]
         for which, t in (("start", start), ("end", end)):
-            self._add(f"rules/t/{which}", Part("rule_time", name=which), f"max(timestamp({PRESENT} @ {_at(t)}))")
             self._add(f"rules/age/{which}", Part("rule_age", name=which), f"max({AGE} @ {_at(t)})")
         # Over-flagging costs a replica's raw samples; missing a restart would cost exactness: the resets of the five
         # minutes before the start count too (a re-read target's share reaches back that far).
@@ -357,7 +399,7 @@ class WindowPlan:
 
     def read(self, result: QueryResult) -> WindowAnswer:
         """Sort the union's answer by part; series with a tag this plan did not issue are ignored."""
-        answer = WindowAnswer(present=set() if self.watched else None)
+        answer = WindowAnswer(present=set() if self.watched else None, rule_times=dict(self.rule_times))
         for series in result.series:
             part = self.parts.get(series.labels.get(TAG_LABEL, ""))
             if part is None or not series.samples:
@@ -375,8 +417,8 @@ class WindowPlan:
                 if answer.present is not None and target[1] in self.watched:
                     answer.present.add(target[1])
                 continue
-            if part.kind in ("rule_time", "rule_age"):
-                (answer.rule_times if part.kind == "rule_time" else answer.rule_ages)[part.name] = value
+            if part.kind == "rule_age":
+                answer.rule_ages[part.name] = value
                 continue
             if part.kind == "rule_reread":
                 answer.rule_reread.add(target)
@@ -407,7 +449,7 @@ class WindowPlan:
     def _read_rule_targets(self, answer: WindowAnswer) -> None:
         times = answer.rule_times
         if "start" not in times or "end" not in times:
-            # No rule evaluation within Prometheus' lookback of a boundary (the rules just started, or stopped):
+            # No rule evaluation stored within Prometheus' lookback of a boundary (the rules just started, or stopped):
             # the ruled queries' increases cannot be told from this window.
             for index in self.ruled:
                 answer.increases.pop(index, None)
@@ -474,7 +516,7 @@ class WindowPlan:
         return StepWindow(window.step, window.start, self.close_at) if window.final else window
 
     def reread_expression(self, targets: set[Target], answer: WindowAnswer) -> str | None:
-        """The range-selector query returning the raw samples of ``targets`` (evaluate at :attr:`close_at`)."""
+        """The range-selector query returning the raw samples of ``targets`` (evaluate at :attr:`reread_until`)."""
         window = self.window
         if not targets or window.start is None:
             return None
@@ -483,7 +525,7 @@ class WindowPlan:
         low = window.start - max(self.pad_s, REREAD_LOOKBACK_S)
         if self.ruled and "start" in answer.rule_times:
             low = min(low, answer.rule_times["start"] - LOOKBACK_S)
-        span = promql.duration(self.close_at - low)
+        span = promql.duration(self.reread_until - low)
         matchers = (
             f"__name__=~{promql.regex_alternation(names, utf8=True)}, instance=~{promql.value_alternation(instances)}"
         )

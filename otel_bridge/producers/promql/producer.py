@@ -88,6 +88,8 @@ BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], Scraper]
 _STORED_SLACK_S = 0.25  # after a scrape's timeout, until its samples are queryable
 _CLOSING_SLACK_S = 0.1  # past one interval after a final window's end, where its closing sample may lie
 _ARRIVAL_POLL_S = 0.25  # how often the arrival of remote-written samples after a window's end is asked
+_RULES_POLL_S = 0.2  # how often the rule evaluation standing for a boundary is asked for, until it is stored
+_RULES_WAIT_INTERVALS = 5.0  # for at most this many rule intervals after a boundary (then the lag says how far off)
 
 
 class PromQLProducer:
@@ -125,6 +127,7 @@ class PromQLProducer:
         self._new_scraper = boundary_scraper
         self._rules_mode: RulesMode = recording_rules
         self._rules: RuleSet | None = None
+        self._last_end: tuple[float, float] | None = None  # (window end, the rule evaluation that stood for it)
         self._refresh_interval_s = refresh_interval_s
         self._scraper: Scraper | None = None
         self._scraped: list[int] = []  # the counting queries the boundary scrapes read (the rest: Prometheus' samples)
@@ -376,6 +379,12 @@ class PromQLProducer:
             exact_increase=self._exact_increase(),
         )
         self._wait_until_stored(plan.close_at)
+        if plan.ruled:
+            try:
+                plan.at_rule_evaluations(self._rule_evaluations(plan, time.time() + timeout_millis / 2000.0))
+            except PrometheusError:
+                self._health.count(QUERY_ERRORS)
+                raise
         metrics: list[Metric] = []
         answered: set[int] = set()
         if self._scraper is not None:
@@ -487,6 +496,48 @@ class PromQLProducer:
         if remaining > 0:
             self._closed.wait(remaining)
 
+    def _rule_evaluations(self, plan: WindowPlan, budget_end: float) -> dict[str, float]:
+        """The rule evaluations standing for the window's boundaries: ``{"start": t_rs, "end": t_re}``.
+
+        A boundary is represented by the last evaluation at or before it. Prometheus stores an evaluation's samples
+        when each rule is done, seconds after the time they carry on a busy server, so the bridge waits (a few rule
+        intervals at most) until an evaluation after the boundary is stored whole: evaluations of one group run one
+        after the other, so none at or before the boundary is still to come. The run's last window is closed by an
+        evaluation holding every target's first scrape after its end, waited for within half the step's budget
+        (``delivery.produce_timeout_s``). When a wait runs out, the last stored evaluation stands for the boundary
+        (the lag says how far off it is), and the next window starts from the very evaluation this one ended with,
+        so the steps still add up exactly to the run.
+        """
+        assert self._rules is not None
+        window = plan.window
+        assert window.start is not None
+        previous = self._last_end if self._last_end is not None and self._last_end[0] <= window.start else None
+        closing = window.end + self._interval_s + self._timeout_s if plan.close_at > window.end else None
+        # The last window waits as long as the step's budget allows: nothing after it would count what it misses.
+        deadline = budget_end if closing is not None else plan.close_at + _RULES_WAIT_INTERVALS * self._rules.interval_s
+        deadline = min(deadline, budget_end)
+        while True:
+            times = plan.read_rule_times(
+                self._client.query(plan.rule_times_expression(start=True), time=max(time.time(), plan.close_at))
+            )
+            latest = times.get("latest")
+            if (latest is not None and latest > plan.close_at) or time.time() >= deadline or self._closed.is_set():
+                break
+            self._closed.wait(min(_RULES_POLL_S, max(deadline - time.time(), 0.0)) or _RULES_POLL_S)
+        end = times.get("end")
+        if closing is not None and latest is not None and (end is None or end < closing) and latest >= closing:
+            # The last window, whose evaluations ran late or were skipped: the last stored one holds every target's
+            # first scrape after the end.
+            times["end"] = latest
+        start = times.get("start")
+        if previous is not None and (start is None or start <= previous[0]):
+            # No evaluation between the previous window's end and this start: this window starts where that one ended.
+            times["start"] = previous[1]
+        if "end" in times:
+            times["end"] = max(times["end"], times.get("start", times["end"]))
+            self._last_end = (window.end, times["end"])
+        return times
+
     def _ask(self, plan: WindowPlan) -> WindowAnswer:
         store = self._store
         expressions = plan.expressions(*((store.max_query_bytes, store.max_query_setting) if store else (None,)))
@@ -504,7 +555,7 @@ class PromQLProducer:
         targets = {t for targets in answer.reread.values() for t in targets}
         reread = plan.reread_expression(targets, answer)
         if reread is not None:
-            raw = _raw_series(self._client.query(reread, time=plan.close_at))
+            raw = _raw_series(self._client.query(reread, time=plan.reread_until))
             window = plan.window
             for index, chosen in answer.reread.items():
                 query = self._queries[index]

@@ -13,7 +13,9 @@ bridge's path, and a step reads a few series per label group:
 - the age of the oldest latest sample at evaluation time (:data:`AGE`), for ``otel_bridge/boundary_lag_s``.
 
 A boundary is then represented by the rule group's last evaluation at or before it (all rules of a group share the
-evaluation timestamp), so the steps' deltas still add up to the run's increase exactly, and a target that restarted,
+evaluation timestamp), stored whole, and the next window starts from the evaluation the previous one ended with
+(:meth:`otel_bridge.producers.promql.producer.PromQLProducer._rule_evaluations`), so the steps' deltas still add up to
+the run's increase exactly however late Prometheus stores its evaluations, and a target that restarted,
 appeared or disappeared is still re-read raw and its share replaced by its exact increase
 (:mod:`otel_bridge.producers.promql.plan`). The cost in exactness: a boundary lags by up to one rule interval more
 than with raw samples (reported in ``otel_bridge/boundary_lag_s``), and a re-read target's share may be off by its

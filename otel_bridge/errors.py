@@ -4,6 +4,7 @@ Hierarchy::
 
     OtelBridgeError
     ├── ConfigError                 bad configuration (raised at start-up)
+    │   └── QueryTooLongError            a part of a step's query is longer than the store accepts
     ├── PrometheusError             talking to the Prometheus HTTP API
     │   ├── PrometheusUnreachableError   connection refused / timed out (after retries)
     │   ├── PrometheusAPIError           Prometheus answered ``status: error`` (errorType/error)

@@ -7,5 +7,7 @@
   step's infrastructure readings;
 - :mod:`~otel_bridge.pipeline.phases`: the phases of a step, as the training thread marks them;
 - :mod:`~otel_bridge.pipeline.trainer_values`: what ``bridge.log()`` accepts from the trainer;
+- :mod:`~otel_bridge.pipeline.worker`: the step queue, the delivery thread and close-time teardown;
+- :mod:`~otel_bridge.pipeline.record_store`: the last delivered records, for ``collect()`` and ``record()``;
 - :mod:`~otel_bridge.pipeline.tracing`: each delivered step as an OpenTelemetry trace.
 """

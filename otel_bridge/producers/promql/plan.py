@@ -1,7 +1,8 @@
 """One window's instant query for Prometheus, and how to read its answer.
 
-The bridge asks Prometheus one instant query per step: the union (``or``) of tagged parts, each answering one thing,
-so the answer's size grows with the configured metrics and label groups, not with replicas, buckets or samples:
+The bridge asks Prometheus one instant query per step (sent in several under a store's longest query:
+:meth:`WindowPlan.expressions`): the union (``or``) of tagged parts, each answering one thing, so the answer's size
+grows with the configured metrics and label groups, not with replicas, buckets or samples:
 
 - a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it; a gauge's idle
   seconds: ``sum by (...) (<window seconds> * (1 - avg_over_time(x[<window>]) / <full scale>))``, as

@@ -1,4 +1,4 @@
-"""PromQLProducer: window statistics from the Prometheus HTTP API, at most two requests per step.
+"""PromQLProducer: window statistics from the Prometheus HTTP API, one window at a time.
 
 Where a window's counters come from depends on ``prometheus.boundary`` (resolved once, at :meth:`start`):
 
@@ -353,9 +353,8 @@ class PromQLProducer:
     # -- one window ------------------------------------------------------------------------------------------------
 
     def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
-        """Query Prometheus for ``window`` (at most two requests) and return one Metric per configured metric, in the
-        infrastructure scope (each request is bounded by ``prometheus.timeout_s``; the boundary scrapes get
-        ``timeout_millis``)."""
+        """Query Prometheus for ``window`` and return one Metric per configured metric, in the infrastructure scope
+        (each request is bounded by ``prometheus.timeout_s``; the boundary scrapes get ``timeout_millis``)."""
         if not self._ready:
             try:
                 self._prepare()

@@ -89,6 +89,7 @@ _STORED_SLACK_S = 0.25  # after a scrape's timeout, until its samples are querya
 _CLOSING_SLACK_S = 0.1  # past one interval after a final window's end, where its closing sample may lie
 _ARRIVAL_POLL_S = 0.25  # how often the arrival of remote-written samples after a window's end is asked
 _RULES_POLL_S = 0.2  # how often the rule evaluation standing for a boundary is asked for, until it is stored
+_ENDS_KEPT = 64  # window ends whose rule evaluation is remembered: a step's and its phases'
 _RULES_WAIT_INTERVALS = 5.0  # for at most this many rule intervals after a boundary (then the lag says how far off)
 
 
@@ -127,7 +128,7 @@ class PromQLProducer:
         self._new_scraper = boundary_scraper
         self._rules_mode: RulesMode = recording_rules
         self._rules: RuleSet | None = None
-        self._last_end: tuple[float, float] | None = None  # (window end, the rule evaluation that stood for it)
+        self._ends: dict[float, float] = {}  # window end -> the rule evaluation that stood for it (the latest few)
         self._refresh_interval_s = refresh_interval_s
         self._scraper: Scraper | None = None
         self._scraped: list[int] = []  # the counting queries the boundary scrapes read (the rest: Prometheus' samples)
@@ -510,7 +511,8 @@ class PromQLProducer:
         assert self._rules is not None
         window = plan.window
         assert window.start is not None
-        previous = self._last_end if self._last_end is not None and self._last_end[0] <= window.start else None
+        # The window that ended last at or before this start (a step's, or one of its phases').
+        previous = max(((end, t) for end, t in self._ends.items() if end <= window.start), default=None)
         closing = window.end + self._interval_s + self._timeout_s if plan.close_at > window.end else None
         # The last window waits as long as the step's budget allows: nothing after it would count what it misses.
         deadline = budget_end if closing is not None else plan.close_at + _RULES_WAIT_INTERVALS * self._rules.interval_s
@@ -534,7 +536,9 @@ class PromQLProducer:
             times["start"] = previous[1]
         if "end" in times:
             times["end"] = max(times["end"], times.get("start", times["end"]))
-            self._last_end = (window.end, times["end"])
+            self._ends[window.end] = times["end"]
+            for old in sorted(self._ends)[:-_ENDS_KEPT]:
+                del self._ends[old]
         return times
 
     def _ask(self, plan: WindowPlan) -> WindowAnswer:

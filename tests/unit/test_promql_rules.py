@@ -6,9 +6,10 @@ from typing import Any
 
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql.plan import TAG_LABEL, RuleView, WindowAnswer, WindowPlan
 from otel_bridge.producers.promql.rules import (
     AGE,
+    COUNTED,
     GROUP,
     PRESENT,
     RESETS,
@@ -42,7 +43,7 @@ def loaded(queries: list[MetricQuery], *, interval: float = 15.0, **changes: str
     return [{"name": GROUP, "file": "rules.yml", "interval": interval, "evaluationTime": 0.02, "rules": rules}]
 
 
-def test_one_sum_per_counting_sample_name_and_three_per_target_rules() -> None:
+def test_one_sum_per_counting_sample_name_and_four_per_target_rules() -> None:
     rules = {r.record: r.expr for r in rules_for(QUERIES)}
     assert rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"] == (
         "sum by (model_name) (last_over_time(vllm:generation_tokens_total[5m]))"
@@ -60,7 +61,11 @@ def test_one_sum_per_counting_sample_name_and_three_per_target_rules() -> None:
     assert rules[PRESENT].count("group by (job, instance) (last_over_time(") == 3  # counter, _count, filtered counter
     assert "resets(vllm:ttft_seconds_count[5m]) > 0" in rules[RESETS]
     assert rules[AGE].startswith("max(max by (job, instance) (time() - timestamp(")
-    assert len(rules) == 1 + 3 + 1 + 3
+    # Per target, the sum of its primary counters' last samples, each selection tagged apart (COUNTED).
+    assert rules[COUNTED].startswith("sum by (job, instance) (label_replace((last_over_time(vllm:")
+    assert rules[COUNTED].count('"otel_bridge_selector"') == 3
+    assert len(rules) == 1 + 3 + 1 + 4
+    assert list(rules)[-1] == AGE  # evaluated last: an evaluation whose AGE is stored is stored whole
     document = rules_document(QUERIES, 15.0)
     assert document["groups"][0]["name"] == GROUP
     assert document["groups"][0]["interval"] == "15s"
@@ -145,7 +150,7 @@ def test_the_rule_evaluations_asked_for_are_those_stored_whole() -> None:
     expr = plan.rule_times_expression(start=True)
     # Every record the plan reads and the target rules: the smallest of their latest sample times, each tagged apart
     # (timestamp() drops the names, and one vector cannot hold two series with the same labels).
-    assert expr.count("min(timestamp(") == 3 * 7  # five sum records, PRESENT and AGE
+    assert expr.count("min(timestamp(") == 3 * 8  # five sum records, PRESENT, COUNTED and AGE
     assert f"min(timestamp({AGE} @ 1010.000))" in expr
     assert f"min(timestamp({PRESENT} @ 1000.000))" in expr
     assert f"min(timestamp({PRESENT}))" in expr  # the latest stored, whenever it stands for
@@ -217,3 +222,33 @@ def test_the_vllm_preset_rules_cover_the_preset() -> None:
     assert ruleset is not None
     assert problems == ""
     assert len(ruleset.records) == len(counting)
+
+
+def test_a_reread_target_is_taken_as_far_as_the_rule_evaluations_had_its_samples() -> None:
+    """The evaluation at 1008 ran before the 1007 scrape was stored (a busy node): its COUNTED for the target is the
+    1004 sample's 20, so the target's share of the sums and its exact increase both end at 1004, and the 1007 sample
+    is left to the next window, which starts there. The evaluation at 997 had everything."""
+    plan = ruled_plan(times={"start": 997.0, "end": 1008.0})
+    labels = {"job": "rollout", "instance": "a", "model_name": "m"}
+    tokens = RawSeries(
+        "vllm:generation_tokens_total",
+        labels,
+        [(990.0, 100.0), (996.0, 110.0), (999.0, 5.0), (1004.0, 20.0), (1007.0, 30.0)],
+    )
+    counted = RawSeries(COUNTED, {"job": "rollout", "instance": "a"}, [(997.0, 110.0), (1008.0, 20.0)])
+    newcomer = RawSeries("vllm:generation_tokens_total", {**labels, "instance": "b"}, [(999.0, 7.0), (1006.0, 9.0)])
+    counted_b = RawSeries(COUNTED, {"job": "rollout", "instance": "b"}, [(1008.0, 9.0)])  # none at 997: it had none
+    odd = RawSeries("vllm:generation_tokens_total", {**labels, "instance": "c"}, [(1001.0, 3.0)])
+    counted_c = RawSeries(COUNTED, {"job": "rollout", "instance": "c"}, [(1008.0, 4.0)])  # matches no sample time
+    targets = {("rollout", "a"), ("rollout", "b"), ("rollout", "c")}
+    views, unknown = plan.rule_views([tokens, counted, newcomer, counted_b, odd, counted_c], targets)
+    assert views[("rollout", "a")] == RuleView(997.0, 1004.0)
+    assert views[("rollout", "b")] == RuleView(997.0, 1008.0)  # nothing of it at 997 to have had
+    assert unknown == {("rollout", "c")}
+    assert views[("rollout", "c")] == RuleView(997.0, 1008.0)  # taken as having had all (and logged)
+    answer = WindowAnswer(rule_times={"start": 997.0, "end": 1008.0})
+    key = ("vllm:generation_tokens_total", (("model_name", "m"),))
+    assert plan.summed_share(1, tokens, answer, views[("rollout", "a")]) == (key, 20.0 - 110.0)
+    assert plan.ruled_exact(1, [tokens], answer, views[("rollout", "a")]) == {key: 5.0 + 15.0}  # the reset counted
+    assert plan.summed_share(1, newcomer, answer, views[("rollout", "b")]) == (key, 9.0)
+    assert plan.ruled_exact(1, [newcomer], answer, views[("rollout", "b")]) == {key: 2.0}  # its first sample, its base

@@ -30,7 +30,8 @@ With the bridge's recording rules loaded (:mod:`otel_bridge.producers.promql.rul
 the rules' per-group sums at each boundary instead: at the time of the rule evaluation that stands for it (``t_r``,
 given to :meth:`WindowPlan.at_rule_evaluations` before the union is asked, so both boundaries are read at known
 evaluations: :meth:`WindowPlan.rule_times_expression` finds them); the targets to re-read and the lag come from the
-rules' per-target series, and a re-read target's share is reproduced at the same evaluations.
+rules' per-target series, and a re-read target's share is reproduced at the same evaluations, as far as they had
+its samples (:meth:`WindowPlan.rule_views`).
 
 The run's last window (:attr:`StepWindow.final`) is closed by the first sample after its end, ``closing_s`` later at
 the latest (for a counter between resets that is the smallest sample after the end: ``min_over_time``).
@@ -49,8 +50,17 @@ from typing import Literal, Protocol
 
 from otel_bridge.errors import QueryTooLongError
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
-from otel_bridge.producers.promql.rules import AGE, LOOKBACK_S, PRESENT, RESETS, TARGET_BY, RuleSet
-from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
+from otel_bridge.producers.promql.rules import (
+    AGE,
+    COUNTED,
+    LOOKBACK_S,
+    PRESENT,
+    RESETS,
+    TARGET_BY,
+    RuleSet,
+    primary_selections,
+)
+from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of, window_increases
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import QueryResult
 from otel_bridge.window import IDLE_STAT, StepWindow
@@ -343,7 +353,7 @@ class WindowPlan:
         latest sample times of the group's series (a rule with no series at that evaluation wrote staleness markers,
         so it does not hold it back).
         """
-        names = sorted({record for index in self.ruled for record in self._records[index]} | {PRESENT, AGE})
+        names = sorted({record for index in self.ruled for record in self._records[index]} | {PRESENT, COUNTED, AGE})
         times: list[tuple[str, str]] = [("end", f" @ {_at(self.close_at)}"), ("latest", "")]
         if start:
             assert self.window.start is not None
@@ -475,14 +485,15 @@ class WindowPlan:
         return self.window.start, self.close_at
 
     def summed_share(
-        self, index: int, series: RawSeries, answer: WindowAnswer
+        self, index: int, series: RawSeries, answer: WindowAnswer, view: RuleView | None = None
     ) -> tuple[tuple[str, Group], float] | None:
         """What ``series`` contributed to query ``index``'s end sum minus its start sum, from its raw samples.
 
         Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it).
         From raw samples: the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest
         sample in ``(end, close_at]`` when there is one), the start value the last sample in ``(start - pad, start]``.
-        From the recording rules: the last sample in the five minutes up to each boundary's rule evaluation.
+        From the recording rules: the last sample in the five minutes up to each boundary's rule evaluation, of those
+        that evaluation had (``view``, from :meth:`rule_views`; all of them without one).
         """
         window = self.window
         assert window.start is not None
@@ -495,7 +506,9 @@ class WindowPlan:
             group = (*group, ("le", le))
         if index in self.ruled:
             t_start, t_end = self.boundaries(index, answer)
-            base, end = _last_within(series, t_start, LOOKBACK_S), _last_within(series, t_end, LOOKBACK_S)
+            had = view or RuleView(t_start, t_end)
+            base = _last_within(series, t_start, LOOKBACK_S, had.start)
+            end = _last_within(series, t_end, LOOKBACK_S, had.end)
             if base is None and end is None:
                 return None
             return (series.name, group), (end or 0.0) - (base or 0.0)
@@ -507,6 +520,55 @@ class WindowPlan:
         if end is None:
             return None
         return (series.name, group), end - (start_values[-1] if start_values else 0.0)
+
+    def rule_views(self, raw: Sequence[RawSeries], targets: set[Target]) -> tuple[dict[Target, RuleView], set[Target]]:
+        """Which of each re-read target's samples the rule evaluations standing for the boundaries had, and the
+        targets for which that could not be told (taken to have had all).
+
+        An evaluation at ``t`` sums the samples stored when it ran: on a busy node a scrape stamped before ``t`` may
+        be stored after it (as may a remote-written sample), and is then counted from the next evaluation on. A
+        target's own samples are stored in time order, so an evaluation had those up to some time ``u <= t``:
+        :data:`~otel_bridge.producers.promql.rules.COUNTED`, the sum of its primary counters' last samples it had,
+        tells ``u`` (the latest of its sample times whose sum from the raw series matches). Its share of the rules'
+        sums and its exact increase are then both taken up to ``u``, so they agree with what the rules counted, and
+        the samples after ``u`` are counted by the next window, which starts there.
+        """
+        start, end = self.rule_times.get("start"), self.rule_times.get("end")
+        if start is None or end is None:
+            return {}, set()
+        selections = list(primary_selections(self.queries).values())
+        counted: dict[Target, RawSeries] = {}
+        primary: dict[Target, list[RawSeries]] = {}
+        for series in raw:
+            target = (series.labels.get("job", ""), series.labels.get("instance", ""))
+            if target not in targets:
+                continue
+            if series.name == COUNTED:
+                counted[target] = series
+            for name, query in selections:  # once per selection it falls in, as the rule sums it
+                if series.name == name and query.matches(series.labels):
+                    primary.setdefault(target, []).append(series)
+        views: dict[Target, RuleView] = {}
+        unknown: set[Target] = set()
+        for target in sorted(targets):
+            sums = {t: _value_at(counted[target], t) if target in counted else None for t in (start, end)}
+            had = [_had_until(primary.get(target, []), t, sums[t]) for t in (start, end)]
+            if had[0] is None or had[1] is None:
+                unknown.add(target)
+            views[target] = RuleView(had[0] if had[0] is not None else start, had[1] if had[1] is not None else end)
+        return views, unknown
+
+    def ruled_exact(self, index: int, series: Sequence[RawSeries], answer: WindowAnswer, view: RuleView) -> Increases:
+        """One re-read target's exact increase for ruled query ``index`` between what the evaluations standing for
+        the window's boundaries had of it (``view``): from its last sample they had at the start (or, with none in
+        their five minutes, its first sample after) to its last one they had at the end."""
+        t_start, _ = self.boundaries(index, answer)
+        low = t_start - LOOKBACK_S
+        kept = [RawSeries(s.name, s.labels, [(t, v) for t, v in s.samples if low < t <= view.end]) for s in series]
+        return (
+            window_increases(self.queries[index], kept, StepWindow(self.window.step, max(view.start, low), view.end))
+            or {}
+        )
 
     def exact_window(self, index: int, answer: WindowAnswer) -> StepWindow:
         """The window whose exact increase replaces a re-read target's share for query ``index``."""
@@ -522,6 +584,8 @@ class WindowPlan:
         if not targets or window.start is None:
             return None
         names = sorted({name for i in self.increase_queries for name in self.queries[i].series_names()})
+        if self.ruled:
+            names.append(COUNTED)  # which of their samples each rule evaluation had (rule_views)
         instances = sorted({instance for _, instance in targets})
         low = window.start - max(self.pad_s, REREAD_LOOKBACK_S)
         if self.ruled and "start" in answer.rule_times:
@@ -558,7 +622,43 @@ def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> st
     return promql.union(terms)
 
 
-def _last_within(series: RawSeries, t: float, lookback_s: float) -> float | None:
-    # In whole milliseconds, as Prometheus compares them: (t - lookback, t].
-    values = [v for ts, v in series.samples if 0 <= round((t - ts) * 1000) < round(lookback_s * 1000)]
+@dataclass(frozen=True, slots=True)
+class RuleView:
+    """Up to which sample time the rule evaluations standing for a window's start and end had a target's samples
+    (:meth:`WindowPlan.rule_views`): the evaluation's own time when it had them all."""
+
+    start: float
+    end: float
+
+
+def _last_within(series: RawSeries, t: float, lookback_s: float, until: float | None = None) -> float | None:
+    # In whole milliseconds, as Prometheus compares them: (t - lookback, t], and no later than ``until``.
+    last = round((t if until is None else min(t, until)) * 1000)
+    values = [
+        v for ts, v in series.samples if round(ts * 1000) <= last and round((t - ts) * 1000) < round(lookback_s * 1000)
+    ]
     return values[-1] if values else None
+
+
+def _value_at(series: RawSeries, t: float) -> float | None:
+    """``series``' sample at exactly ``t`` (a rule evaluation's time), if it has one."""
+    found = [v for ts, v in series.samples if round(ts * 1000) == round(t * 1000)]
+    return found[-1] if found else None
+
+
+def _had_until(series: Sequence[RawSeries], t: float, counted: float | None) -> float | None:
+    """The latest time ``u <= t`` such that the last samples of ``series`` in ``(t - 5m, u]`` sum to ``counted``
+    (``None``: none of them, i.e. ``t - 5m``); ``t`` itself when every sample was had; ``None`` when no time fits."""
+    times = sorted(
+        {ts for s in series for ts, _ in s.samples if 0 <= round((t - ts) * 1000) < round(LOOKBACK_S * 1000)}
+    )
+    for until in [t, *reversed(times[:-1])]:  # all of them, then up to each earlier sample time
+        values = [_last_within(s, t, LOOKBACK_S, until) for s in series]
+        had = [v for v in values if v is not None]
+        if (counted is None and not had) or (
+            counted is not None and had and math.isclose(math.fsum(had), counted, rel_tol=1e-12, abs_tol=1e-9)
+        ):
+            return until
+    if counted is None:
+        return t - LOOKBACK_S
+    return None

@@ -560,19 +560,36 @@ class PromQLProducer:
         if reread is not None:
             raw = _raw_series(self._client.query(reread, time=plan.reread_until))
             window = plan.window
+            views, unknown = plan.rule_views(raw, targets) if plan.ruled else ({}, set())
+            for job, instance in sorted(unknown):
+                self._warn.warning(
+                    f"rule-view:{job}/{instance}",
+                    "step %s: could not tell which samples of %s (job %s) otel-bridge's recording rules had at the "
+                    "step's boundaries (their otel_bridge:target:counted_5m matches none of its sample times); its "
+                    "share is taken as if they had all, so a count may land in a neighbouring step",
+                    window.step,
+                    instance,
+                    job,
+                )
             for index, chosen in answer.reread.items():
                 query = self._queries[index]
                 names = query.series_names()
                 mine = [s for s in raw if _series_target(s) in chosen and s.name in names and query.matches(s.labels)]
                 summed: Increases = {}
                 for series in with_roles(query, mine):  # the sums were taken per role, as with_roles labels
-                    share = plan.summed_share(index, series, answer)
+                    share = plan.summed_share(index, series, answer, views.get(_series_target(series)))
                     if share is not None:
                         summed[share[0]] = summed.get(share[0], 0.0) - share[1]
-                closing = plan.exact_window(index, answer)
-                if index not in plan.ruled:
-                    mine = [_closed_by(s, window) for s in mine]
-                exact = window_increases(query, mine, closing) or {}
+                if index in plan.ruled:
+                    exact: Increases = {}
+                    for target in sorted(chosen):
+                        own = [s for s in mine if _series_target(s) == target]
+                        view = views.get(target)
+                        if own and view is not None:
+                            exact = merge_increases(exact, plan.ruled_exact(index, own, answer, view))
+                else:
+                    closed = [_closed_by(s, window) for s in mine]
+                    exact = window_increases(query, closed, plan.exact_window(index, answer)) or {}
                 answer.increases[index] = merge_increases(answer.increases.get(index, {}), summed, exact)
         return answer
 

@@ -9,7 +9,8 @@ bridge's path, and a step reads a few series per label group:
   label group: ``sum by (<by>) (last_over_time(x[5m]))``, the sum of every series' last sample, like the bridge's
   own boundary sums;
 - per target (``job``, ``instance``): whether it has a counting sample in the last 5 minutes
-  (:data:`PRESENT`), whether any of its counters reset in the last 5 minutes (:data:`RESETS`);
+  (:data:`PRESENT`), whether any of its counters reset in the last 5 minutes (:data:`RESETS`), and the sum of its
+  primary counters' last samples (:data:`COUNTED`: which of its samples an evaluation had, see below);
 - the age of the oldest latest sample at evaluation time (:data:`AGE`), for ``otel_bridge/boundary_lag_s``.
 
 A boundary is then represented by the rule group's last evaluation at or before it (all rules of a group share the
@@ -17,9 +18,10 @@ evaluation timestamp), stored whole, and the next window starts from the evaluat
 (:meth:`otel_bridge.producers.promql.producer.PromQLProducer._rule_evaluations`), so the steps' deltas still add up to
 the run's increase exactly however late Prometheus stores its evaluations, and a target that restarted,
 appeared or disappeared is still re-read raw and its share replaced by its exact increase
-(:mod:`otel_bridge.producers.promql.plan`). The cost in exactness: a boundary lags by up to one rule interval more
-than with raw samples (reported in ``otel_bridge/boundary_lag_s``), and a re-read target's share may be off by its
-last scrape when that scrape was being stored exactly while the rules were evaluated.
+(:mod:`otel_bridge.producers.promql.plan`), both taken as far as the evaluations had its samples (:data:`COUNTED`:
+a scrape stamped before an evaluation may be stored after it ran, on a busy node or by remote write). The cost in
+exactness: a boundary lags by up to one rule interval more than with raw samples, more when samples or evaluations
+are stored late (reported in ``otel_bridge/boundary_lag_s``).
 
 ``otel-bridge prometheus-rules`` writes this group for a config; the bridge checks at start-up that Prometheus runs
 it unchanged (same record names and expressions) and otherwise reads raw samples and says why.
@@ -44,6 +46,7 @@ GROUP = "otel-bridge"
 LOOKBACK = "5m"
 LOOKBACK_S = 300.0
 PRESENT = "otel_bridge:target:present_5m"
+COUNTED = "otel_bridge:target:counted_5m"
 RESETS = "otel_bridge:target:resets_5m"
 AGE = "otel_bridge:target:sample_age_seconds:max"
 TARGET_BY = "job, instance"
@@ -99,28 +102,39 @@ def sum_rule(query: MetricQuery, position: int) -> Rule:
     return Rule(record, f"sum{grouping}(last_over_time({_selector(name, query)}[{LOOKBACK}]))")
 
 
-def _primary_selectors(queries: Sequence[MetricQuery]) -> list[str]:
-    out: list[str] = []
+def primary_selections(queries: Sequence[MetricQuery]) -> dict[str, tuple[str, MetricQuery]]:
+    """The counting queries' primary sample names (a counter, a histogram's ``_count``, a ratio's two counters) as
+    the target rules select them: ``{selector: (name, the query whose matchers it carries)}``, each selector once."""
+    out: dict[str, tuple[str, MetricQuery]] = {}
     for query in queries:
         if not counting(query):
             continue
         names = query.ratio if query.ratio is not None else query.series_names()[-1:]
         for name in names:
-            sel = _selector(name, query)
-            if sel not in out:
-                out.append(sel)
+            out.setdefault(_selector(name, query), (name, query))
     return out
 
 
 def target_rules(queries: Sequence[MetricQuery]) -> list[Rule]:
-    """:data:`PRESENT`, :data:`RESETS` and :data:`AGE` over the counting queries' primary sample names."""
-    sels = _primary_selectors(queries)
+    """:data:`PRESENT`, :data:`RESETS`, :data:`COUNTED` and :data:`AGE` over the counting queries' primary sample
+    names (:data:`AGE` last: its evaluation's samples are stored after every other rule's)."""
+    sels = list(primary_selections(queries))
     if not sels:
         return []
     present = " or ".join(f"group by ({TARGET_BY}) (last_over_time({s}[{LOOKBACK}]))" for s in sels)
     resets = " or ".join(f"group by ({TARGET_BY}) (resets({s}[{LOOKBACK}]) > 0)" for s in sels)
+    # Each selector's series tagged apart (a series matching two selectors counts twice, as the bridge sums it).
+    counted = " or ".join(
+        promql.tag_series(f"last_over_time({s}[{LOOKBACK}])", "otel_bridge_selector", str(i))
+        for i, s in enumerate(sels)
+    )
     age = " or ".join(f"max by ({TARGET_BY}) (time() - timestamp({s}))" for s in sels)
-    return [Rule(PRESENT, present), Rule(RESETS, resets), Rule(AGE, f"max({age})")]
+    return [
+        Rule(PRESENT, present),
+        Rule(RESETS, resets),
+        Rule(COUNTED, f"sum by ({TARGET_BY}) ({counted})"),
+        Rule(AGE, f"max({age})"),
+    ]
 
 
 def rules_for(queries: Sequence[MetricQuery]) -> list[Rule]:

@@ -355,7 +355,9 @@ class PromQLProducer:
 
     def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
         """Query Prometheus for ``window`` and return one Metric per configured metric, in the infrastructure scope
-        (each request is bounded by ``prometheus.timeout_s``; the boundary scrapes get ``timeout_millis``)."""
+        (each request is bounded by ``prometheus.timeout_s``; the boundary scrapes get ``timeout_millis``, the wait for
+        the rule evaluations standing for the boundaries half of it)."""
+        budget_end = time.time() + timeout_millis / 2000.0
         if not self._ready:
             try:
                 self._prepare()
@@ -381,7 +383,7 @@ class PromQLProducer:
         self._wait_until_stored(plan.close_at)
         if plan.ruled:
             try:
-                plan.at_rule_evaluations(self._rule_evaluations(plan, time.time() + timeout_millis / 2000.0))
+                plan.at_rule_evaluations(self._rule_evaluations(plan, budget_end))
             except PrometheusError:
                 self._health.count(QUERY_ERRORS)
                 raise

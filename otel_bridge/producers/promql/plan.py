@@ -84,6 +84,11 @@ Target = tuple[str, str]
 """``(job, instance)`` of a Prometheus target."""
 
 
+def target_of(labels: Mapping[str, str]) -> Target:
+    """The target a series with ``labels`` belongs to."""
+    return (labels.get("job", ""), labels.get("instance", ""))
+
+
 class ExactIncrease(Protocol):
     """``(selector, range length, evaluation time, present=range) -> expression``: a store's own exact increase
     (:meth:`otel_bridge.producers.promql.store.Store.exact_increase`)."""
@@ -417,7 +422,7 @@ class WindowPlan:
                 continue
             labels = {k: v for k, v in series.labels.items() if k not in (TAG_LABEL, "__name__")}
             value = series.samples[-1][1]
-            target = (labels.get("job", ""), labels.get("instance", ""))
+            target = target_of(labels)
             if part.kind == "down":
                 answer.failed_scrapes[target] = value
                 continue
@@ -540,7 +545,7 @@ class WindowPlan:
         counted: dict[Target, RawSeries] = {}
         primary: dict[Target, list[RawSeries]] = {}
         for series in raw:
-            target = (series.labels.get("job", ""), series.labels.get("instance", ""))
+            target = target_of(series.labels)
             if target not in targets:
                 continue
             if series.name == COUNTED:

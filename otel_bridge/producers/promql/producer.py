@@ -52,6 +52,7 @@ from otel_bridge.producers.promql.plan import (
     WindowAnswer,
     WindowPlan,
     primary_names,
+    target_of,
 )
 from otel_bridge.producers.promql.rules import RuleSet, counting, rules_in_use
 from otel_bridge.producers.promql.store import Store, detect_store
@@ -576,16 +577,16 @@ class PromQLProducer:
             for index, chosen in answer.reread.items():
                 query = self._queries[index]
                 names = query.series_names()
-                mine = [s for s in raw if _series_target(s) in chosen and s.name in names and query.matches(s.labels)]
+                mine = [s for s in raw if target_of(s.labels) in chosen and s.name in names and query.matches(s.labels)]
                 summed: Increases = {}
                 for series in with_roles(query, mine):  # the sums were taken per role, as with_roles labels
-                    share = plan.summed_share(index, series, answer, views.get(_series_target(series)))
+                    share = plan.summed_share(index, series, answer, views.get(target_of(series.labels)))
                     if share is not None:
                         summed[share[0]] = summed.get(share[0], 0.0) - share[1]
                 if index in plan.ruled:
                     exact: Increases = {}
                     for target in sorted(chosen):
-                        own = [s for s in mine if _series_target(s) == target]
+                        own = [s for s in mine if target_of(s.labels) == target]
                         view = views.get(target)
                         if own and view is not None:
                             exact = merge_increases(exact, plan.ruled_exact(index, own, answer, view))
@@ -697,7 +698,3 @@ def _raw_series(result: QueryResult) -> list[RawSeries]:
         labels = {k: v for k, v in series.labels.items() if k != "__name__"}
         out.append(RawSeries(name=name, labels=labels, samples=series.samples))
     return out
-
-
-def _series_target(series: RawSeries) -> Target:
-    return (series.labels.get("job", ""), series.labels.get("instance", ""))

@@ -70,7 +70,7 @@ _FINISHED = {"stop": 0.6, "length": 0.37, "abort": 0.02, "error": 0.005, "repeti
 
 def preset_names(preset: str = "vllm") -> list[str]:
     """The family names (config style) the preset reads."""
-    from otel_bridge.producers.presets import PRESETS
+    from otel_bridge.producers import PRESETS
 
     names: list[str] = []
     for entry in PRESETS[preset]:
@@ -126,7 +126,7 @@ class Series:
 
 def capture_series(capture: Path = CAPTURE, preset: str = "vllm") -> list[Series]:
     """The capture's series of the preset's families, parsed with otel-bridge's exposition parser."""
-    from otel_bridge.prometheus.exposition import parse_exposition
+    from otel_bridge.prometheus import parse_exposition
 
     families = parse_exposition(capture.read_text(encoding="utf-8"), preset_names(preset))
     out = []
@@ -327,8 +327,7 @@ def truth(
     ``counter_windows[k]``, when given, bounds window ``k``'s counter and histogram increases instead of the window
     itself (e.g. the recording rules' evaluations that stand for its boundaries); gauges keep the window.
     """
-    from otel_bridge.producers.presets import PRESETS
-    from otel_bridge.producers.statistics import histogram_statistic
+    from otel_bridge.producers import PRESETS, histogram_statistic
 
     index_of = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(series)}
     names = {i: s.name for i, s in enumerate(series)}

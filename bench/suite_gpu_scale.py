@@ -152,7 +152,7 @@ def generate(gpus: int, outdir: Path, anchor: float) -> History:
 
 def _producer(url: str, by: list[str]) -> Any:
     from otel_bridge.config import MetricConfig, PrometheusConfig
-    from otel_bridge.producers.metric_set import resolve_metrics
+    from otel_bridge.producers import resolve_metrics
     from otel_bridge.producers.promql import PromQLProducer
     from otel_bridge.producers.promql.connect import connect
 
@@ -164,7 +164,7 @@ def _producer(url: str, by: list[str]) -> Any:
 
 
 def _read(producer: Any, k: int, anchor: float) -> dict[str, float]:
-    from otel_bridge.producers.base import metrics_of
+    from otel_bridge.producers import metrics_of
     from otel_bridge.schema import STAT_ATTRIBUTE
     from otel_bridge.window import StepWindow
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from bench.common import capture_servers, children_cpu_s, pyplot, save_figure, summary, write_result
 from otel_bridge import Bridge
-from otel_bridge.pipeline.record_store import KEPT_RECORDS
+from otel_bridge.pipeline import KEPT_RECORDS
 
 NAME = "overhead"
 KEYS = 100

@@ -333,7 +333,7 @@ def rule_history(dataset: Dataset, workdir: Path, promtool: str = "promtool") ->
     Prometheus does every interval instead of at every step), as the sum of each rule's instant query.
     """
     from otel_bridge.producers.promql.rules import rules_document, rules_for
-    from otel_bridge.tools.prometheus_files import write_rule_file
+    from otel_bridge.tools import write_rule_file
 
     home = dataset.blocks.parent / "rules"
     manifest = home / "manifest.json"
@@ -401,7 +401,7 @@ class Design:
 
 def _queries() -> list[Any]:
     from otel_bridge.config import MetricConfig
-    from otel_bridge.producers.metric_set import resolve_metrics
+    from otel_bridge.producers import resolve_metrics
 
     return resolve_metrics([MetricConfig(preset="vllm")])
 
@@ -442,7 +442,7 @@ def bridge_design(url: str, limits: str, *, rules: bool = False, boundary_sums: 
     without one (the samples at each boundary summed, and the targets that reset re-read)."""
     from dataclasses import replace
 
-    from otel_bridge.producers.base import metrics_of
+    from otel_bridge.producers import metrics_of
     from otel_bridge.producers.promql import PromQLProducer
     from otel_bridge.producers.promql.store import detect_store
     from otel_bridge.schema import STAT_ATTRIBUTE

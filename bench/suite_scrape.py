@@ -29,10 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import CAPTURE, CpuTimer, capture_servers, pyplot, save_figure, summary, write_result
 from otel_bridge.config import BridgeConfig
-from otel_bridge.producers.base import metrics_of
-from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers import metrics_of, resolve_metrics
 from otel_bridge.producers.scrape import ScrapeProducer
-from otel_bridge.prometheus.exposition import parse_exposition
+from otel_bridge.prometheus import parse_exposition
 from otel_bridge.window import StepWindow
 from tests.helpers.metric_sets import TWENTY_METRICS
 

@@ -1,9 +1,10 @@
 """otel-bridge: infrastructure and trainer metrics in your experiment tracker, one record per training step.
 
 Public API: :class:`Bridge` and :func:`install`, :class:`BridgeConfig`, :class:`StepWindow`, :class:`StepRecord` and
-:class:`DeliveryReport`, :class:`StepMetricReader`, :class:`TrackerExporter`, :class:`MetricProducer`, the producers,
-and the typed errors. Everything else is imported from the package that holds it (``otel_bridge.exporters.backends``
-for plugin backends, ``otel_bridge.producers``, ``otel_bridge.config``...); docs/architecture.md maps the house.
+:class:`DeliveryReport`, :class:`TrackerExporter`, :class:`MetricProducer`, the producers, and the typed errors.
+Everything else is imported from the face (``__all__``) of the package that holds it (``otel_bridge.exporters.backends``
+for plugin backends, ``otel_bridge.producers``, ``otel_bridge.config``...), never from the modules inside it;
+docs/architecture.md maps the house.
 """
 
 from otel_bridge.bridge import Bridge, install
@@ -31,7 +32,6 @@ from otel_bridge.errors import (
     TrainingThreadError,
 )
 from otel_bridge.exporters import DeliveryReport, StepRecord, TrackerExporter
-from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.producers import MetricProducer, PromQLProducer, ScrapeProducer
 from otel_bridge.window import StepWindow
 
@@ -62,7 +62,6 @@ __all__ = [
     "SampleLimitError",
     "ScrapeError",
     "ScrapeProducer",
-    "StepMetricReader",
     "StepOrderError",
     "StepRecord",
     "StepWindow",

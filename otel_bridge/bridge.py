@@ -64,9 +64,10 @@ from otel_bridge.pipeline.meter_provider import (
 from otel_bridge.pipeline.phases import PhaseLog
 from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.pipeline.record_store import RecordStore
+from otel_bridge.pipeline.step_job import StepJob
 from otel_bridge.pipeline.tracing import build_step_tracer
 from otel_bridge.pipeline.trainer_values import check_keys, check_step, trainer_numbers
-from otel_bridge.pipeline.worker import DeliveryWorker, StepJob, StepQueue, ranges, run_within
+from otel_bridge.pipeline.worker import DeliveryWorker, StepQueue, ranges, run_within
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import instrumentation_suppressed

@@ -20,10 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.statistics import RawSeries, StatPoint, compute_stats
-from otel_bridge.prometheus.answers import QueryResult
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.producers import MetricQuery, RawSeries, StatPoint, compute_stats
+from otel_bridge.prometheus import PrometheusClient, QueryResult
 from otel_bridge.window import StepWindow
 
 TAG_LABEL = "otel_bridge_q"

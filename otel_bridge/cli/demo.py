@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from otel_bridge.cli.output import progress_bar
 from otel_bridge.errors import ConfigError
-from otel_bridge.exporters.record import StepRecord
+from otel_bridge.exporters import StepRecord
 
 TABLE_KEYS = (
     "actor/loss",
@@ -102,7 +102,7 @@ def format_table(records: Sequence[StepRecord], keys: Sequence[str] = TABLE_KEYS
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run the demo; the progress bar redraws in place on a terminal and prints every 5 steps otherwise."""
-    from otel_bridge.tools.demo import run_demo
+    from otel_bridge.tools import run_demo
 
     if args.steps < 1:
         raise ConfigError(f"--steps must be at least 1, got {args.steps}")

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     config = BridgeConfig.load(args.config)
     if args.ray_address:
-        from otel_bridge.discovery.ray_cluster import import_ray
+        from otel_bridge.discovery import import_ray
 
         import_ray().init(address=args.ray_address, logging_level=logging.ERROR)
     status = 0

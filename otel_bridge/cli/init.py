@@ -20,7 +20,7 @@ import yaml
 
 from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.errors import ConfigError
-from otel_bridge.producers.presets import PRESETS as PRESET_METRICS
+from otel_bridge.producers import PRESETS as PRESET_METRICS
 
 DEFAULT_PATH: Final = Path("otel-bridge.yaml")
 TRACKERS: Final = ("jsonl", "tensorboard", "console", "wandb", "mlflow", "trackio")

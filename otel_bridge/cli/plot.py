@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 from otel_bridge.cli.inputs import printable
 from otel_bridge.errors import ConfigError
-from otel_bridge.exporters.naming import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY
+from otel_bridge.exporters import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY
 
 _log = logging.getLogger(__name__)
 RECORD_FIELDS = frozenset({"step", "time", "window_start", "_notes"})

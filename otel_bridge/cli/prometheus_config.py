@@ -28,7 +28,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Write the config file."""
     from otel_bridge.discovery import ray_service_discovery_path
-    from otel_bridge.tools.prometheus_files import prometheus_config, write_prometheus_config
+    from otel_bridge.tools import prometheus_config, write_prometheus_config
 
     sd_file = args.ray_sd_file or (ray_service_discovery_path(args.ray_temp_dir) if args.ray_temp_dir else None)
     write_prometheus_config(

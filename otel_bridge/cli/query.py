@@ -23,11 +23,10 @@ from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.cli.output import format_rows, format_value
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
-from otel_bridge.exporters.naming import infra_key
-from otel_bridge.producers.base import metrics_of
-from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql.connect import connect
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.exporters import infra_key
+from otel_bridge.producers import MetricQuery, metrics_of, resolve_metrics
+from otel_bridge.producers.promql import connect
+from otel_bridge.prometheus import PrometheusClient
 from otel_bridge.prometheus_names import METRIC_NAME
 from otel_bridge.schema import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow

@@ -16,7 +16,7 @@ from otel_bridge.discovery.prometheus_url import (
     Resolution,
     resolve_prometheus_url,
 )
-from otel_bridge.discovery.ray_cluster import ray_node_targets
+from otel_bridge.discovery.ray_cluster import head_node_address, import_ray, ray_node_targets
 from otel_bridge.discovery.ray_service_discovery import (
     SERVICE_DISCOVERY_FILE,
     ServiceDiscoveryFileError,
@@ -47,6 +47,8 @@ __all__ = [
     "TargetGroup",
     "TargetWatcher",
     "find_service_discovery_file",
+    "head_node_address",
+    "import_ray",
     "normalize_targets",
     "parse_service_discovery",
     "ray_node_targets",

@@ -8,7 +8,17 @@
 """
 
 from otel_bridge.exporters.delivery import DeliveryReport, DeliveryStatus
+from otel_bridge.exporters.naming import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY, infra_key
 from otel_bridge.exporters.record import StepFlags, StepRecord
 from otel_bridge.exporters.tracker import TrackerExporter
 
-__all__ = ["DeliveryReport", "DeliveryStatus", "StepFlags", "StepRecord", "TrackerExporter"]
+__all__ = [
+    "OUTSIDE_PHASES_KEY",
+    "STEP_SECONDS_KEY",
+    "DeliveryReport",
+    "DeliveryStatus",
+    "StepFlags",
+    "StepRecord",
+    "TrackerExporter",
+    "infra_key",
+]

@@ -8,7 +8,7 @@ The PromQL client (:mod:`otel_bridge.prometheus.client`) and the scrape endpoint
 - :mod:`otel_bridge.http.credentials`: TLS settings and credentials as the transport uses them.
 """
 
-from otel_bridge.http.credentials import tls_arguments
+from otel_bridge.http.credentials import secret_forms, tls_arguments
 from otel_bridge.http.transport import Answer, Transport, TransportError, TransportOptions
 
-__all__ = ["Answer", "Transport", "TransportError", "TransportOptions", "tls_arguments"]
+__all__ = ["Answer", "Transport", "TransportError", "TransportOptions", "secret_forms", "tls_arguments"]

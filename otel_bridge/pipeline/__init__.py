@@ -10,4 +10,12 @@
 - :mod:`~otel_bridge.pipeline.worker`: the step queue, the delivery thread and close-time teardown;
 - :mod:`~otel_bridge.pipeline.record_store`: the last delivered records, for ``collect()`` and ``record()``;
 - :mod:`~otel_bridge.pipeline.tracing`: each delivered step as an OpenTelemetry trace.
+
+Only the facade (:mod:`otel_bridge.bridge`) reaches into these modules; the rest of the house and users take what is
+on this face.
 """
+
+from otel_bridge.pipeline.build import build_producers
+from otel_bridge.pipeline.record_store import KEPT_RECORDS
+
+__all__ = ["KEPT_RECORDS", "build_producers"]

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.sdk.metrics import Histogram
 from opentelemetry.sdk.metrics.export import (
@@ -38,10 +38,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_bridge import schema
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.exporters.record import StepFlags, StepRecord
-from otel_bridge.exporters.tracker import TrackerExporter
 from otel_bridge.health import INFRA_UNAVAILABLE, Health
 from otel_bridge.pipeline.infra_deadline import InfraDeadline
 from otel_bridge.pipeline.phases import Phase
+from otel_bridge.pipeline.step_job import StepJob
 from otel_bridge.producers.base import MetricProducer, metrics_of
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import gauge_metric
@@ -51,6 +51,23 @@ from otel_bridge.window import StepWindow
 _log = logging.getLogger(__name__)
 DELTA = AggregationTemporality.DELTA
 _PRODUCE_TIMEOUT_MS = 10_000.0  # what a producer is given without a deadline (the SDK's default timeout_millis)
+
+
+class StepExporter(Protocol):
+    """What the reader hands each step to: an OpenTelemetry ``MetricExporter`` that also takes the step's flags and
+    returns the step's record (:class:`~otel_bridge.exporters.tracker.TrackerExporter` is one)."""
+
+    def export_step(self, metrics_data: MetricsData, flags: StepFlags) -> StepRecord:
+        """Deliver one step's ``metrics_data`` with its ``flags``; the record it made."""
+        ...
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Wait until what was exported is written; ``False`` on timeout."""
+        ...
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Deliver what is pending, then release the trackers."""
+        ...
 
 
 class StepMetricReader(MetricReader):
@@ -64,27 +81,31 @@ class StepMetricReader(MetricReader):
     (:func:`fold_deltas`).
     The instruments of the bridge's own health meter (scope ``otel_bridge.health``) are left out of the instrument
     snapshot: the record takes them, current, from :class:`~otel_bridge.health.Health` after the producers ran.
+
+    Unlike the SDK's readers (``PeriodicExportingMetricReader`` runs its own export thread, ``InMemoryMetricReader`` is
+    pulled by its user), it does not decide when to collect: the :class:`~otel_bridge.bridge.Bridge` drives it, calling
+    :meth:`snapshot_instruments` on the training thread at each boundary and :meth:`export_step` on its delivery
+    worker. It is therefore not part of the public API; ``Bridge.reader`` is the instance a MeterProvider holds.
     """
 
     def __init__(
         self,
-        exporter: TrackerExporter,
+        exporter: StepExporter,
         producers: Sequence[MetricProducer] = (),
         *,
         health: Health | None = None,
         resource: Resource | None = None,
         warn_interval_s: float = 60.0,
-        produce_timeout_s: float | None = None,
         infra_deadline: InfraDeadline | None = None,
         collect_every: int = 1,
     ) -> None:
+        """``infra_deadline``: the deadline of each step's infrastructure readings (``delivery.produce_timeout_s``),
+        shared with the producers' start-up; without one each producer is given the SDK's default 10 s."""
         super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
         self._collect_every = collect_every
         self._boundaries = 0
         self._skipped = False  # the last boundary did not collect: its observations wait for a later one
-        self._deadline = infra_deadline or (
-            InfraDeadline(produce_timeout_s) if produce_timeout_s is not None and producers else None
-        )
+        self._deadline = infra_deadline
         self._exporter = exporter
         self._producers = list(producers)
         self._health = health or Health()
@@ -152,22 +173,15 @@ class StepMetricReader(MetricReader):
             for rm in collected
         ]
 
-    def assemble(
-        self,
-        window: StepWindow,
-        instruments: Sequence[ResourceMetrics] = (),
-        trainer_values: Mapping[str, float] | None = None,
-        *,
-        produce: bool = True,
-        phases: Sequence[Phase] = (),
-    ) -> tuple[MetricsData, StepFlags]:
-        """One MetricsData for ``window`` (window, instrument snapshot, trainer values, producers, health, phases) and
-        the step's flags.
+    def assemble(self, job: StepJob) -> tuple[MetricsData, StepFlags]:
+        """One MetricsData for ``job`` (its window, instrument snapshot, trainer values and phases, the producers'
+        readings, health) and the step's flags.
 
-        With ``produce=False`` the producers are not asked (the step's infrastructure readings were dropped:
-        ``infra_dropped``); the phases' durations are still recorded. Readings that miss ``produce_timeout_s`` are
-        left out the same way (``infra_late``). A window that did not end normally is ``interrupted``.
+        When the job's ``infra`` is off the producers are not asked (the step's infrastructure readings were dropped:
+        ``infra_dropped``); the phases' durations are still recorded. Readings that miss the infrastructure deadline
+        are left out the same way (``infra_late``). A window that did not end normally is ``interrupted``.
         """
+        window, phases, trainer_values, produce = job.window, job.phases, job.values, job.infra
         produced = self._produce_in_time(window, phases) if produce else None
         flags = StepFlags(
             infra_dropped=not produce, infra_late=produce and produced is None, interrupted=window.interrupted
@@ -195,12 +209,12 @@ class StepMetricReader(MetricReader):
         if health:
             scopes.append(ScopeMetrics(scope=InstrumentationScope(schema.HEALTH_SCOPE), metrics=health, schema_url=""))
         own = ResourceMetrics(resource=self._resource, scope_metrics=scopes, schema_url="")
-        return MetricsData(resource_metrics=[own, *instruments]), flags
+        return MetricsData(resource_metrics=[own, *job.instruments]), flags
 
     def _produce_in_time(
         self, window: StepWindow, phases: Sequence[Phase]
     ) -> tuple[list[Metric], list[Metric], list[Metric]] | None:
-        """:meth:`_produce_all` within ``produce_timeout_s``; ``None`` (and the sources counted unavailable) if not."""
+        """:meth:`_produce_all` within the infrastructure deadline; ``None`` (sources counted unavailable) if not."""
         if self._deadline is None:
             return self._produce_all(window, phases, None)
         busy = self._deadline.busy
@@ -271,28 +285,20 @@ class StepMetricReader(MetricReader):
             self._health.set(INFRA_UNAVAILABLE, float(failed))
         return metrics
 
-    def export_window(
-        self,
-        window: StepWindow,
-        instruments: Sequence[ResourceMetrics] = (),
-        trainer_values: Mapping[str, float] | None = None,
-        *,
-        produce: bool = True,
-        phases: Sequence[Phase] = (),
-    ) -> StepRecord | None:
-        """Assemble the step's MetricsData and hand it, with its flags, to the exporter; the step's record (``None``
-        when it was not delivered: the MeterProvider holding this reader was shut down).
+    def export_step(self, job: StepJob) -> StepRecord | None:
+        """Assemble the step's MetricsData (:meth:`assemble`) and hand it, with its flags, to the exporter; the step's
+        record (``None`` when it was not delivered: the MeterProvider holding this reader was shut down).
 
         The producers' queries and scrapes run here, with instrumentation suppressed (as the SDK's periodic reader
         exports): an instrumented ``requests`` in the trainer does not record the bridge's own HTTP calls.
         """
         with instrumentation_suppressed():
-            data, flags = self.assemble(window, instruments, trainer_values, produce=produce, phases=phases)
+            data, flags = self.assemble(job)
             if self._exporter_closed:
                 self._warn.error(
                     "export-after-shutdown",
                     "step %d is not delivered: the MeterProvider holding the bridge's reader was shut down",
-                    window.step,
+                    job.window.step,
                 )
                 return None
             return self._exporter.export_step(data, flags)

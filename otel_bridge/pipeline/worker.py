@@ -28,31 +28,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
-from opentelemetry.sdk.metrics.export import ResourceMetrics
 
 from otel_bridge.health import DROPPED_INFRA, Health
-from otel_bridge.pipeline.phases import Phase
 from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.pipeline.record_store import RecordStore
+from otel_bridge.pipeline.step_job import StepJob
 from otel_bridge.pipeline.tracing import StepTracer
 from otel_bridge.ratelimit import RateLimitedLogger
-from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class StepJob:
-    """One step waiting for delivery: its window, the instrument snapshot, the trainer's values, its phases."""
-
-    window: StepWindow
-    instruments: Sequence[ResourceMetrics]
-    values: dict[str, float] = field(default_factory=dict)
-    infra: bool = True
-    phases: tuple[Phase, ...] = ()
-    queued: bool = False
 
 
 class StepQueue:
@@ -181,9 +165,7 @@ class DeliveryWorker:
             if job is None:
                 return
             try:
-                record = self._reader.export_window(
-                    job.window, job.instruments, job.values, produce=job.infra, phases=job.phases
-                )
+                record = self._reader.export_step(job)
                 if record is not None:
                     self._records.add(record)
                 if self._tracer is not None:

@@ -8,15 +8,27 @@
 """
 
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle, infra_scope, metrics_of
+from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
+from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer
+from otel_bridge.producers.statistics import RawSeries, StatPoint, compute_stats, histogram_statistic
 
 __all__ = [
+    "DEPRECATED",
+    "PRESETS",
     "MetricProducer",
+    "MetricQuery",
     "ProducerLifecycle",
     "PromQLProducer",
+    "RawSeries",
     "ScrapeProcess",
     "ScrapeProducer",
+    "StatPoint",
+    "compute_stats",
+    "histogram_statistic",
     "infra_scope",
     "metrics_of",
+    "replacement_text",
+    "resolve_metrics",
 ]

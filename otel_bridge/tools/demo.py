@@ -27,8 +27,8 @@ from typing import Any
 
 from otel_bridge.bridge import Bridge
 from otel_bridge.errors import ConfigError
-from otel_bridge.exporters.record import StepRecord
-from otel_bridge.producers.presets import PRESETS
+from otel_bridge.exporters import StepRecord
+from otel_bridge.producers import PRESETS
 from otel_bridge.tools.local_prometheus import LocalPrometheus, find_prometheus_binary
 from otel_bridge.tools.prometheus_files import prometheus_config, write_prometheus_config
 from otel_bridge.tools.simulation.gpus import GPUFleet

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from otel_bridge.discovery.targets import normalize_targets
+from otel_bridge.discovery import normalize_targets
 from otel_bridge.errors import ConfigError
 
 _log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from otel_bridge.cli.doctor.prometheus import (
 )
 from otel_bridge.cli.inputs import check_url, printable
 from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
-from otel_bridge.prometheus.exposition import ExpositionFamily
+from otel_bridge.prometheus import ExpositionFamily
 
 __all__ = [
     "STATUSES",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from otel_bridge.cli.inputs import without_url_passwords
-from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers import MetricQuery
 from otel_bridge.producers.promql.store import Store
 
 Status = Literal["pass", "fail", "warn", "skip"]

@@ -13,8 +13,8 @@ from pathlib import Path
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, ENV_PREFIX, BridgeConfig, MetricConfig, TrackerConfig
 from otel_bridge.errors import ConfigError, DiscoveryError
-from otel_bridge.http.credentials import secret_forms
-from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.http import secret_forms
+from otel_bridge.producers import resolve_metrics
 
 
 def check_config(context: DoctorContext) -> BridgeConfig | None:
@@ -78,7 +78,7 @@ def check_ray(context: DoctorContext, config: BridgeConfig) -> None:
         context.add("ray", "skip", "nothing is discovered from Ray (no `auto` in prometheus.url / scrape.targets)")
         return
     try:
-        from otel_bridge.discovery.ray_cluster import head_node_address, import_ray
+        from otel_bridge.discovery import head_node_address, import_ray
 
         ray = import_ray()
         if not ray.is_initialized():
@@ -130,8 +130,8 @@ def check_trackers(context: DoctorContext, trackers: Sequence[TrackerConfig]) ->
 
 
 def _check_tracker(context: DoctorContext, tracker: TrackerConfig) -> None:
-    from otel_bridge.exporters.backends.registry import create_backend
-    from otel_bridge.exporters.record import StepRecord
+    from otel_bridge.exporters import StepRecord
+    from otel_bridge.exporters.backends import create_backend
 
     name = f"tracker {tracker.type}"
     options = tracker.options()

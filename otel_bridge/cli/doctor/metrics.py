@@ -22,10 +22,9 @@ from opentelemetry.sdk.metrics.export import Metric
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig, MetricConfig
 from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
-from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers import MetricQuery
 from otel_bridge.producers.promql.checks import check_names
-from otel_bridge.prometheus.client import PrometheusClient
-from otel_bridge.prometheus.exposition import ExpositionFamily
+from otel_bridge.prometheus import ExpositionFamily, PrometheusClient
 
 _STEP_MAX_S = 30.0  # the longest step doctor reads (Prometheus' scrape interval, when shorter)
 
@@ -73,7 +72,7 @@ def check_endpoints(context: DoctorContext, config: BridgeConfig) -> dict[str, d
     """``endpoint <url>``: every rollout endpoint answers; returns each one's parsed families."""
     from otel_bridge.discovery import ray_service_discovery_targets
     from otel_bridge.producers.scrape.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
-    from otel_bridge.prometheus.exposition import parse_exposition
+    from otel_bridge.prometheus import parse_exposition
 
     targets = config.scrape_targets
     if config.scrape.targets == AUTO:
@@ -136,8 +135,8 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
     boundaries; ``None`` (a failed check) when a run would not start or its first step fails."""
     from otel_bridge.errors import ConfigError
     from otel_bridge.health import Health
-    from otel_bridge.pipeline.build import build_producers
-    from otel_bridge.producers.base import ProducerLifecycle, metrics_of
+    from otel_bridge.pipeline import build_producers
+    from otel_bridge.producers import ProducerLifecycle, metrics_of
     from otel_bridge.window import StepWindow
 
     update: dict[str, object] = {"startup": "strict"}  # degrade would hide at start what fails at every step
@@ -329,7 +328,7 @@ def _metrics_from_endpoints(
 
 def check_deprecated(context: DoctorContext, config: BridgeConfig) -> None:
     """``deprecated <name>``: vLLM names removed in vLLM 0.32, with the replacement."""
-    from otel_bridge.producers.presets import DEPRECATED, replacement_text
+    from otel_bridge.producers import DEPRECATED, replacement_text
 
     used = [(i, m.name) for i, m in enumerate(config.metrics) if m.name is not None and m.name in DEPRECATED]
     if not used:
@@ -372,7 +371,7 @@ def needs_observations(query: MetricQuery) -> bool:
 
 def _record_keys(metric: Metric, prefix: str) -> Iterator[str]:
     """The tracker keys a run records ``metric``'s points under (as the tracker exporter names them)."""
-    from otel_bridge.exporters.naming import infra_key
+    from otel_bridge.exporters import infra_key
     from otel_bridge.schema import STAT_ATTRIBUTE
 
     for point in metric.data.data_points:

@@ -17,7 +17,7 @@ from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.errors import DiscoveryError, PrometheusError
 from otel_bridge.producers.promql.rules import counting, find_rules
 from otel_bridge.producers.promql.store import Store, detect_store
-from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus import PrometheusClient
 from otel_bridge.prometheus.promql import target_duration
 
 UNSCRAPED = "unknown"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from otel_bridge.exporters.record import StepRecord
 from otel_bridge.health import BACKEND_ERRORS
-from tests.faults.support import CollectingBackend, HangingBackend, RaisingBackend, base_config, count_logs
+from tests.faults.support import base_config, count_logs
+from tests.helpers.backends import BackendDouble
 
 STEPS = 15
 FAST_RETRIES = {"backend_retries": 2, "backend_backoff_s": 0}
@@ -26,7 +26,7 @@ def jsonl_values(path: Path) -> list[float]:
 
 
 def test_raising_backend(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    raising, collecting = RaisingBackend(), CollectingBackend()
+    raising, collecting = BackendDouble("raising", error=OSError("tracker service answered 500")), BackendDouble()
     config = base_config(tmp_path, "raising", delivery=FAST_RETRIES)
     bridge = Bridge.from_config(config, backends=[raising, collecting])
     for step in range(STEPS):
@@ -54,7 +54,7 @@ def test_raising_backend(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
 
 
 def test_hanging_backend(tmp_path: Path) -> None:
-    hanging, collecting = HangingBackend(ok_steps=2), CollectingBackend()
+    hanging, collecting = BackendDouble("hanging", hold_after=2), BackendDouble()
     bridge = Bridge.from_config(base_config(tmp_path, "hanging"), backends=[hanging, collecting])
     try:
         for step in range(STEPS):
@@ -75,7 +75,7 @@ def test_hanging_backend(tmp_path: Path) -> None:
 
 
 def test_disk_full(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = base_config(tmp_path, "full", trackers=[{"type": "jsonl", "path": "/dev/full"}], delivery=FAST_RETRIES)
     bridge = Bridge.from_config(config, backends=[collecting])
     for step in range(STEPS):
@@ -93,23 +93,8 @@ def test_disk_full(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert count_logs(caplog, "tracker backend 'jsonl' failed to write") == 1
 
 
-class FlakyBackend(CollectingBackend):
-    """Fails every third write attempt; its retries recover every record."""
-
-    def __init__(self) -> None:
-        super().__init__("flaky")
-        self.attempts = 0
-
-    def write(self, record: StepRecord) -> None:
-        """Fail every third attempt."""
-        self.attempts += 1
-        if self.attempts % 3 == 0:
-            raise ConnectionError("tracker service: 503")
-        super().write(record)
-
-
 def test_intermittently_failing_backend_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    flaky = FlakyBackend()
+    flaky = BackendDouble("flaky", error=ConnectionError("tracker service: 503"), fail_every=3)  # retries recover
     bridge = Bridge.from_config(base_config(tmp_path, "flaky", delivery=FAST_RETRIES), backends=[flaky])
     for step in range(30):
         with bridge.step(step):

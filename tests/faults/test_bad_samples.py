@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,7 @@ def test_a_negative_counter_sample_never_gives_a_negative_delta(tmp_path: Path) 
     """Finding 13: 200 then -50 then 30. A counter is never negative: -50 is not a value (no increase from it, none
     to it); 30 after 200 is a reset, so it counts 30."""
     counter = CounterServer()
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{counter.server.port}"], "sample_interval_s": 0, "timeout_s": 2}
     try:
         counter.set(200.0)

@@ -4,51 +4,19 @@ point 7): a backend whose ``close()`` hangs, a backend raising ``SystemExit`` (o
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from otel_bridge import Bridge
-from otel_bridge.exporters.record import StepRecord
-from tests.faults.support import CollectingBackend, base_config, run_steps
+from tests.faults.support import base_config, run_steps
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import Response, ScriptedHTTPServer
 
 
-class HangingCloseBackend(CollectingBackend):
-    """Writes fine; ``close()`` blocks until released (a tracker's final upload that never finishes)."""
-
-    def __init__(self) -> None:
-        super().__init__("hanging_close")
-        self.release = threading.Event()
-
-    def close(self) -> None:
-        """Hang."""
-        self.release.wait(30)
-
-
-class ExitingBackend:
-    """``write`` raises a ``BaseException`` that is not an ``Exception`` (a library calling ``sys.exit``)."""
-
-    name = "exiting"
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def write(self, record: StepRecord) -> None:
-        """Raise."""
-        raise self.error
-
-    def flush(self) -> None:
-        """Nothing buffered."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 def test_a_hanging_backend_close_does_not_hold_close_past_its_deadline(tmp_path: Path) -> None:
-    hanging, healthy = HangingCloseBackend(), CollectingBackend()
+    hanging, healthy = BackendDouble("hanging_close", hold_close=True), BackendDouble()
     bridge = Bridge.from_config(base_config(tmp_path, "hang"), backends=[hanging, healthy])
     try:
         run_steps(bridge, 3)
@@ -68,9 +36,9 @@ def test_a_hanging_backend_close_does_not_hold_close_past_its_deadline(tmp_path:
 
 @pytest.mark.parametrize("error", [SystemExit(1), KeyboardInterrupt(), GeneratorExit()], ids=type)
 def test_a_backend_raising_base_exception_is_reported_and_close_is_prompt(tmp_path: Path, error: BaseException) -> None:
-    healthy = CollectingBackend()
+    healthy = BackendDouble()
     config = base_config(tmp_path, "exit", delivery={"backend_retries": 1, "backend_backoff_s": 0.05})
-    bridge = Bridge.from_config(config, backends=[ExitingBackend(error), healthy])
+    bridge = Bridge.from_config(config, backends=[BackendDouble("exiting", error=error), healthy])
     run_steps(bridge, 3)
     started = time.monotonic()
     report = bridge.close(timeout_s=10)
@@ -89,7 +57,7 @@ def test_a_hanging_otlp_collector_does_not_hold_close_past_its_deadline(tmp_path
     record delivered, and the report names the teardown it left behind."""
     with ScriptedHTTPServer(lambda _request: Response(hang=True)) as collector:
         otel = {"otlp": {"enabled": True, "endpoint": f"{collector.url}/v1/metrics", "interval_s": 60, "timeout_s": 20}}
-        healthy = CollectingBackend()
+        healthy = BackendDouble()
         bridge = Bridge.from_config(base_config(tmp_path, "otlp", otel=otel), backends=[healthy])
         bridge.meter("trainer").create_counter("trainer.tokens").add(5)
         run_steps(bridge, 3)

@@ -20,7 +20,8 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.exporters.tracker import INFRA_LATE_NOTE
 from otel_bridge.health import INFRA_UNAVAILABLE
-from tests.faults.support import CollectingBackend, base_config, rollout_keys
+from tests.faults.support import base_config, rollout_keys
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, json_response, prom_vector
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def test_a_trickling_prometheus_never_holds_a_record_or_the_trainer(
         metrics=[{"name": "vllm:num_requests_running", "type": "gauge", "stats": ["last"]}],
         delivery={"queue_size": 3, "max_block_s": 0.2, "produce_timeout_s": 0.5, "close_timeout_s": 4},
     )
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     bridge = Bridge.from_config(config, backends=[collecting])
     bridge.log({"actor/loss": 0.0}, step=0)
     assert bridge.collect(0)["rollout/vllm/num_requests_running/last"] == 3.0
@@ -102,7 +103,7 @@ def test_degraded_start_up_waits_at_most_the_timeout(tmp_path: Path, trickling: 
         prometheus={"url": trickling.server.url, "scrape_interval_s": 1, "retries": 1, "timeout_s": 1},
         metrics=[{"name": "vllm:num_requests_running", "type": "gauge", "stats": ["last"]}],
     )
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     started = time.monotonic()
     bridge = Bridge.from_config(config, backends=[collecting])
     took = time.monotonic() - started

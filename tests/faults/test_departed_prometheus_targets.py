@@ -18,7 +18,8 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.health import SCRAPE_ERRORS
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import free_port
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -62,7 +63,7 @@ def test_a_target_prometheus_no_longer_scrapes_loses_its_health_key(
     prometheus = PrometheusServer(
         tmp_path / "prom", extra_scrape_configs=[job], scrape_interval_s=1.0, version=prometheus_version
     )
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = base_config(
         tmp_path,
         f"departed-{boundary}",

@@ -19,7 +19,8 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.health import SCRAPE_ERRORS
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend, base_config, count_logs, run_steps
+from tests.faults.support import base_config, count_logs, run_steps
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def generate(replica: Replica, tokens: int) -> None:
 class Loop:
     """Runs steps: waits for the step's start-boundary scrape on the live replicas, then generates tokens."""
 
-    def __init__(self, bridge: Bridge, collecting: CollectingBackend) -> None:
+    def __init__(self, bridge: Bridge, collecting: BackendDouble) -> None:
         self.bridge = bridge
         self.collecting = collecting
         self.boundaries = 0
@@ -64,7 +65,7 @@ def scrape_config(tmp_path: Path, name: str, scrape: dict[str, Any]) -> dict[str
 
 def test_vllm_restart_resets_counters_without_negative_deltas(tmp_path: Path, replicas: list[Replica]) -> None:
     a, b = replicas
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = scrape_config(tmp_path, "restart", {"targets": [a.hostport, b.hostport]})
     scraped = {a: 1, b: 1}  # the start-up scrape
     with Bridge.from_config(config, backends=[collecting]) as bridge:
@@ -85,7 +86,7 @@ def test_removed_endpoint_is_counted_and_the_other_replica_still_reported(
 ) -> None:
     caplog.set_level(logging.INFO)
     a, b = replicas
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = scrape_config(tmp_path, "removed", {"targets": [a.hostport, b.hostport]})
     scraped = {a: 1, b: 1}
     steps = 10
@@ -121,7 +122,7 @@ def test_ray_node_leaving_via_service_discovery_file(
         tmp.replace(sd_file)  # atomically, as Ray does
 
     write_sd([a.hostport, b.hostport])
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = scrape_config(
         tmp_path,
         "ray-node",
@@ -169,7 +170,7 @@ def test_flapping_endpoint_is_logged_once(
             return Response(status=500, body=b"engine busy")
         return Response(body=a.sim.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with ScriptedHTTPServer(flapping) as server:
         hostport = server.url.split("//", 1)[1]
         config = scrape_config(tmp_path, "flapping", {"targets": [f"{server.url}/metrics"]})
@@ -196,7 +197,7 @@ def test_a_malformed_redirect_does_not_stop_the_sampler(tmp_path: Path, replicas
     def redirect(_request: RecordedRequest) -> Response:
         return Response(status=302, headers={"Location": raw})
 
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with ScriptedHTTPServer(redirect) as server:
         bad = server.url.split("//", 1)[1]
         config = scrape_config(tmp_path, "redirect", {"targets": [a.hostport, f"{server.url}/metrics"]})
@@ -220,7 +221,7 @@ def test_a_late_boundary_scrape_is_reported_as_the_boundary_lag(tmp_path: Path, 
         body = a.sim.exposition()
         return Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"}, delay_s=0.4)
 
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with ScriptedHTTPServer(slow) as server:
         config = scrape_config(tmp_path, "late", {"targets": [f"{server.url}/metrics"]})
         with Bridge.from_config(config, backends=[collecting]) as bridge:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import CollectingBackend, base_config, count_logs
+from tests.faults.support import base_config, count_logs
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -57,7 +58,7 @@ METRICS = [
 
 def run(tmp_path: Path, steps: int, **extra: object) -> dict[int, dict[str, float]]:
     page = ManyAdapters()
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{page.server.port}"], "sample_interval_s": 0.5, "timeout_s": 10}
     config = base_config(tmp_path, "many", scrape=scrape, metrics=METRICS, **extra)
     config["delivery"] = {"produce_timeout_s": 30}
@@ -120,7 +121,7 @@ def test_the_promql_path_bounds_the_same_metric(tmp_path: Path, prometheus_versi
     prometheus = PrometheusServer(
         tmp_path / "prom", targets=[f"127.0.0.1:{page.server.port}"], scrape_interval_s=1.0, version=prometheus_version
     )
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = base_config(
         tmp_path,
         "many-promql",

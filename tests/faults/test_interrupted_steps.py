@@ -14,7 +14,8 @@ from pathlib import Path
 
 from otel_bridge import Bridge
 from otel_bridge.exporters.tracker import INTERRUPTED_NOTE
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 
 
 def _jsonl(path: Path) -> list[dict[str, object]]:
@@ -22,7 +23,7 @@ def _jsonl(path: Path) -> list[dict[str, object]]:
 
 
 def test_close_delivers_a_step_begin_step_left_open(tmp_path: Path) -> None:
-    backend = CollectingBackend()
+    backend = BackendDouble()
     bridge = Bridge.from_config(base_config(tmp_path, "open"), backends=[backend])
     bridge.log({"actor/loss": 1.0}, step=0)
     bridge.begin_step(1)  # the Hugging Face pattern: on_step_begin ran, on_step_end never will
@@ -40,7 +41,7 @@ def test_close_delivers_a_step_begin_step_left_open(tmp_path: Path) -> None:
 
 
 def test_an_exception_inside_a_step_delivers_it_marked_interrupted(tmp_path: Path) -> None:
-    backend = CollectingBackend()
+    backend = BackendDouble()
     bridge = Bridge.from_config(base_config(tmp_path, "raised"), backends=[backend])
     with bridge.step(0):
         bridge.log({"actor/loss": 1.0}, step=0)

@@ -12,7 +12,8 @@ import pytest
 from otel_bridge import Bridge, ConfigError
 from otel_bridge.errors import PrometheusAPIError, PrometheusError, PrometheusResponseError
 from otel_bridge.health import INFRA_UNAVAILABLE
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import Response, ScriptedHTTPServer, prom_error
 
 pytestmark = pytest.mark.integration
@@ -49,7 +50,7 @@ def config(tmp_path: Path, name: str, port: int, startup: str) -> dict[str, obje
 @pytest.mark.parametrize("answer", sorted(ANSWERS))
 def test_degrade_rides_out_every_broken_answer(tmp_path: Path, answer: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     server = ScriptedHTTPServer(lambda _r: ANSWERS[answer]())
     try:
         with Bridge.from_config(config(tmp_path, answer, server.port, "degrade"), backends=[collecting]) as bridge:

@@ -19,7 +19,8 @@ import pytest
 from otel_bridge import Bridge, PrometheusUnreachableError
 from otel_bridge.health import INFRA_UNAVAILABLE, QUERY_ERRORS
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend, base_config, count_logs, rollout_keys
+from tests.faults.support import base_config, count_logs, rollout_keys
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, free_port, prom_vector
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -51,7 +52,7 @@ def test_prometheus_absent_at_start_strict_raises(tmp_path: Path) -> None:
 
 def test_prometheus_absent_at_start_degrade_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = prom_config(tmp_path, f"http://127.0.0.1:{free_port()}", "absent", startup="degrade")
     steps = 8
     with Bridge.from_config(config, backends=[collecting]) as bridge:
@@ -78,7 +79,7 @@ def test_prometheus_killed_mid_run_and_restarted(
     prometheus = PrometheusServer(
         tmp_path / "prom", [r.hostport for r in replicas], port=free_port(), version=prometheus_version
     )
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     records: dict[int, dict[str, float]] = {}
     try:
         prometheus.start()
@@ -176,7 +177,7 @@ def test_prometheus_misbehaving_after_start(
     tmp_path: Path, flaky: FlakyPrometheus, caplog: pytest.LogCaptureFixture, fault: str
 ) -> None:
     caplog.set_level(logging.INFO)
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = prom_config(tmp_path, flaky.server.url, fault, timeout_s=0.5, max_response_bytes=2000)
     steps = 6
     with Bridge.from_config(config, backends=[collecting]) as bridge:
@@ -206,7 +207,7 @@ def test_prometheus_misbehaving_after_start(
 
 
 def test_slow_prometheus_still_delivers_its_answers(tmp_path: Path, flaky: FlakyPrometheus) -> None:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with Bridge.from_config(prom_config(tmp_path, flaky.server.url, "slow"), backends=[collecting]) as bridge:
         slow = prom_vector([({"otel_bridge_q": "0/last"}, 5.0)])
         slow.delay_s = 0.3

@@ -23,7 +23,8 @@ import pytest
 
 from otel_bridge import Bridge
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend, base_config, count_logs, rollout_keys
+from tests.faults.support import base_config, count_logs, rollout_keys
+from tests.helpers.backends import BackendDouble
 from tests.helpers.processes import SCRAPE_CHILD, children
 
 pytestmark = pytest.mark.integration
@@ -69,7 +70,7 @@ def scrape_config(tmp_path: Path, name: str, replicas: list[Replica], isolation:
 def test_the_scrape_child_delivers_the_records_the_in_process_sampler_does(
     tmp_path: Path, replicas: list[Replica]
 ) -> None:
-    threaded, isolated = CollectingBackend(), CollectingBackend()
+    threaded, isolated = BackendDouble(), BackendDouble()
     with (
         Bridge.from_config(scrape_config(tmp_path, "thread", replicas, "thread"), backends=[threaded]) as a,
         Bridge.from_config(scrape_config(tmp_path, "process", replicas, "process"), backends=[isolated]) as b,
@@ -101,7 +102,7 @@ def test_the_scrape_child_delivers_the_records_the_in_process_sampler_does(
 def test_a_killed_scrape_child_is_reported_and_the_trainer_values_still_arrive(
     tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture
 ) -> None:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = scrape_config(tmp_path, "killed", replicas, "process")
     started = time.monotonic()
     with caplog.at_level(logging.WARNING), Bridge.from_config(config, backends=[collecting]) as bridge:

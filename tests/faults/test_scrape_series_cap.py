@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import CollectingBackend, base_config, count_logs
+from tests.faults.support import base_config, count_logs
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ def test_a_page_over_the_series_cap_is_refused_and_does_not_stall_the_trainer(
     assert 12_000_000 < len(page) < 20_000_000  # under scrape.max_response_bytes' default
     huge = ScriptedHTTPServer(lambda _r: Response(body=page, headers={"Content-Type": "text/plain"}))
     healthy = HealthyReplica()
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     targets = [f"127.0.0.1:{healthy.server.port}", f"127.0.0.1:{huge.port}"]
     scrape = {"targets": targets, "sample_interval_s": 0.2, "timeout_s": 10}
     config = base_config(tmp_path, "huge", scrape=scrape, metrics=METRICS, startup="degrade")
@@ -85,7 +86,7 @@ def test_a_page_over_the_series_cap_is_refused_and_does_not_stall_the_trainer(
 def test_scrape_max_series_is_a_config_key(tmp_path: Path) -> None:
     """A page exactly at the cap (2 series of the configured metrics) is read."""
     healthy = HealthyReplica()
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{healthy.server.port}"], "sample_interval_s": 0, "max_series": 2}
     try:
         with Bridge.from_config(

@@ -12,7 +12,8 @@ import pytest
 
 from otel_bridge import Bridge
 from otel_bridge.errors import InvalidStepError, ReservedKeyError
-from tests.faults.support import CollectingBackend, base_config, count_logs
+from tests.faults.support import base_config, count_logs
+from tests.helpers.backends import BackendDouble
 from tests.helpers.wandb_reader import read_history
 
 torch = pytest.importorskip("torch")
@@ -43,7 +44,7 @@ def _jsonl(tmp_path: Path, name: str) -> list[dict[str, Any]]:
 def test_a_value_that_is_not_one_number_loses_its_key_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Finding 9: each bad value is skipped with one WARNING naming its key; the rest of every dict is delivered."""
     caplog.set_level(logging.WARNING, logger="otel_bridge")
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = base_config(tmp_path, "values", trackers=[{"type": "jsonl"}])
     with Bridge.from_config(config, backends=[collecting]) as bridge:
         for step in range(3):
@@ -65,7 +66,7 @@ def test_a_value_that_is_not_one_number_loses_its_key_only(tmp_path: Path, caplo
 @pytest.mark.parametrize("step", [1.2, 1.0, "3", True, None, torch.tensor(1.5)])
 def test_a_step_that_is_not_an_integer_is_refused_at_the_call(tmp_path: Path, step: object) -> None:
     """Finding 12: 1.2 and 1.7 both became step 1; now any non-integer step is a typed error, nothing recorded."""
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with Bridge.from_config(base_config(tmp_path, "steps"), backends=[collecting]) as bridge:
         with pytest.raises(InvalidStepError, match=r"a step must be an integer|not a bool"):
             bridge.log({"a": 1.0}, step=step)  # type: ignore[arg-type]
@@ -79,7 +80,7 @@ def test_a_step_that_is_not_an_integer_is_refused_at_the_call(tmp_path: Path, st
 def test_integer_steps_of_any_integer_type_are_exact_and_huge_ones_refused(tmp_path: Path) -> None:
     """Finding 12: numpy/torch integer steps are ints; a step above 2**53 (rounded by every tracker) is refused."""
     np = pytest.importorskip("numpy")
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = base_config(tmp_path, "big", trackers=[{"type": "jsonl"}])
     with Bridge.from_config(config, backends=[collecting]) as bridge:
         bridge.log({"a": 1.0}, step=np.int64(3))
@@ -97,7 +98,7 @@ def test_integer_steps_of_any_integer_type_are_exact_and_huge_ones_refused(tmp_p
 def test_a_trainer_key_in_the_bridges_namespace_is_refused_at_log(tmp_path: Path, key: str) -> None:
     """Finding 11: ``otel_bridge/step`` made wandb reject every record; now log() refuses it at once, and the
     record of the step is not touched by the refused call."""
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with Bridge.from_config(base_config(tmp_path, "reserved"), backends=[collecting]) as bridge:
         bridge.log({"actor/loss": 1.0}, step=0)
         with pytest.raises(ReservedKeyError, match=r"rename it, e\.g\. 'trainer/otel_bridge"):

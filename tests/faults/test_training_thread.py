@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge, TrainingThreadError
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 
 STEPS = 1000
 
@@ -45,7 +46,7 @@ def two_loops(bridge: Bridge, first_steps: tuple[int, int]) -> tuple[list[BaseEx
 
 
 def test_a_second_training_thread_is_refused_at_its_first_call_and_no_record_is_duplicated(tmp_path: Path) -> None:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with Bridge.from_config(base_config(tmp_path, "threads"), backends=[collecting]) as bridge:
         bridge.log({"main/x": 0.0}, step=0)  # this thread is the training thread, and stays alive
         refused, logged = two_loops(bridge, (1, 2))
@@ -57,7 +58,7 @@ def test_a_second_training_thread_is_refused_at_its_first_call_and_no_record_is_
 
 
 def test_two_threads_racing_for_a_new_bridge_one_wins_and_every_step_is_one_record(tmp_path: Path) -> None:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with Bridge.from_config(base_config(tmp_path, "race"), backends=[collecting]) as bridge:
         refused, logged = two_loops(bridge, (0, 1))
     assert len(refused) == 1
@@ -70,7 +71,7 @@ def test_two_threads_racing_for_a_new_bridge_one_wins_and_every_step_is_one_reco
 
 
 def test_a_thread_that_ended_hands_the_loop_to_the_next(tmp_path: Path) -> None:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with Bridge.from_config(base_config(tmp_path, "handover"), backends=[collecting]) as bridge:
         first = threading.Thread(target=lambda: bridge.log({"x": 0.0}, step=0))
         first.start()

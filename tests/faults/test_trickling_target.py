@@ -19,7 +19,8 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.health import BOUNDARY_LAG, SCRAPE_ERRORS
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = [
@@ -52,7 +53,7 @@ def test_a_trickling_target_never_blanks_out_the_healthy_ones(
     tmp_path: Path, replicas: list[Replica], trickler: ScriptedHTTPServer
 ) -> None:
     a, b = replicas
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     scrape = {
         "targets": [a.url, b.url, trickler.url],
         "sample_interval_s": 0.25,
@@ -110,7 +111,7 @@ def test_a_trickler_never_blanks_the_healthy_replica_when_the_produce_timeout_is
 
     slow = ScriptedHTTPServer(handle)
     a = replicas[0]
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     # The trickler answers, slowly (1.2 s, within scrape.timeout_s), and is always being read (sampled every 0.2 s):
     # the reading of a boundary comes 1.2 to 2.4 s after it, always later than the step's 1 s deadline.
     scrape = {"targets": [a.url, slow.url], "sample_interval_s": 0.2, "timeout_s": 2.0, "isolation": isolation}

@@ -31,6 +31,7 @@ from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import FIRST_STEP_NOTE
 from otel_bridge.integrations import HPARAMS_FILE, LATE_VALUES, numeric_items, save_hyperparameters
 from otel_bridge.integrations.verl import Tracking, patch_verl, supported_backends, verl_trackers
+from tests.helpers.backends import BackendDouble
 
 STEPS = 3
 GAUGE_KEY = "rollout/vllm/num_requests_running/last"
@@ -89,30 +90,13 @@ def check_tensorboard(logdir: Path, lines: list[dict[str, Any]], keys: list[str]
             assert math.isclose(scalars[key][step], value, rel_tol=1e-6, abs_tol=1e-6), (key, step)
 
 
-class MemoryBackend:
-    """Keeps the records it is given."""
-
-    def __init__(self) -> None:
-        self.name = "memory"
-        self.records: list[StepRecord] = []
-
-    def write(self, record: StepRecord) -> None:
-        self.records.append(record)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def trainer_values(record: StepRecord) -> dict[str, float]:
     """A record's values without the bridge's own health keys."""
     return {key: value for key, value in record.values.items() if not key.startswith("otel_bridge/")}
 
 
-def memory_bridge(tmp_path: Path, **config: Any) -> tuple[Bridge, MemoryBackend]:
-    backend = MemoryBackend()
+def memory_bridge(tmp_path: Path, **config: Any) -> tuple[Bridge, BackendDouble]:
+    backend = BackendDouble("memory")
     bridge = Bridge.from_config(
         {"trackers": [], "run": {"name": "t", "dir": str(tmp_path)}, **config}, backends=[backend]
     )
@@ -179,9 +163,9 @@ def test_verl_backend_names_map_to_trackers(monkeypatch: pytest.MonkeyPatch, tmp
 
     created: list[Mapping[str, Any]] = []
 
-    def fake_factory(options: Mapping[str, Any], run_dir: Path) -> MemoryBackend:
+    def fake_factory(options: Mapping[str, Any], run_dir: Path) -> BackendDouble:
         created.append(options)
-        return MemoryBackend()
+        return BackendDouble("memory")
 
     for kind in ("wandb", "mlflow"):
         monkeypatch.setitem(BACKENDS, kind, fake_factory)

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_bridge import Bridge, StepRecord
 from tests.conftest import Replica
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_vector
 
 
@@ -67,22 +68,13 @@ def instrumented() -> Iterator[Instrumented]:
         tracer_provider.shutdown()
 
 
-class UploadingBackend:
+def uploading_backend(url: str) -> BackendDouble:
     """A tracker that uploads each record with ``requests``, like a hosted tracker's client."""
 
-    name = "uploading"
+    def upload(record: StepRecord) -> None:
+        requests.post(url, json={"step": record.step, **record.values}, timeout=10).raise_for_status()
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def write(self, record: StepRecord) -> None:
-        requests.post(self.url, json={"step": record.step, **record.values}, timeout=10).raise_for_status()
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    return BackendDouble("uploading", on_write=upload)
 
 
 def run_steps(bridge: Bridge, steps: int) -> list[dict[str, float]]:
@@ -111,7 +103,7 @@ def test_scrape_path_and_tracker_uploads_are_not_instrumented(tmp_path: Path, in
             "trackers": [{"type": "jsonl"}],
             "run": {"name": "scrape", "dir": str(tmp_path)},
         }
-        with Bridge.from_config(config, backends=[UploadingBackend(f"{tracker.url}/log")]) as bridge:
+        with Bridge.from_config(config, backends=[uploading_backend(f"{tracker.url}/log")]) as bridge:
             records = run_steps(bridge, 3)
             replica.wait_for_scrapes(10)  # boundaries and the sampler's own rounds
         assert [r["loss"] for r in records] == [0.0, 1.0, 2.0]

@@ -23,7 +23,7 @@ from otel_bridge.errors import BackendError
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import NONFINITE_VALUES
 from tests.conftest import Replica
-from tests.faults.support import CollectingBackend
+from tests.helpers.backends import BackendDouble
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -140,7 +140,7 @@ def test_non_finite_values_never_reach_a_backend(tmp_path: Path, replicas: list[
     """NaN/Inf in the trainer's dict are left out of every backend's record and counted in
     ``otel_bridge/nonfinite_values``; the quantile of a window without requests has no value and is not counted (an
     empty window is not a non-finite value, issue 26)."""
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     config = {
         "scrape": {"targets": [r.hostport for r in replicas], "sample_interval_s": 0},
         "metrics": [{"name": "vllm:time_to_first_token_seconds", "type": "histogram", "stats": ["p99", "count"]}],

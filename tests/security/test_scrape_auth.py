@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from otel_bridge import Bridge, BridgeConfig, ConfigError
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -70,7 +71,7 @@ def test_credentials_in_a_scrape_target_url_are_refused_without_echo(target: str
 
 
 def _scrape_run(tmp_path: Path, name: str, server: GuardedMetrics, auth: dict[str, Any]) -> dict[int, dict[str, float]]:
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{server.server.port}"], "sample_interval_s": 0, "timeout_s": 2, "auth": auth}
     with Bridge.from_config(base_config(tmp_path, name, scrape=scrape, metrics=METRICS), backends=[collecting]) as b:
         for step in range(3):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import CollectingBackend, base_config, count_logs
+from tests.faults.support import base_config, count_logs
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import (
     RecordedRequest,
     Response,
@@ -46,7 +47,7 @@ def test_scrape_tls_is_applied_whatever_the_environment_says(
     other = make_self_signed_cert(tmp_path / "other", "other")  # a CA that did not sign the server's certificate
     monkeypatch.setenv(variable, other.cert)
     tls = {"ca_file": server_files.cert} if tls_mode == "ca_file" else {"verify": False}
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     with ScriptedHTTPServer(metrics, ssl_context=server_ssl_context(server_files)) as server:
         scrape = {"targets": [f"https://127.0.0.1:{server.port}/metrics"], "sample_interval_s": 0, "tls": tls}
         config = base_config(tmp_path, "tls", scrape=scrape, metrics=METRICS)

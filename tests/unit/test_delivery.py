@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from otel_bridge import Bridge, StepRecord
+from otel_bridge import Bridge
 from otel_bridge.exporters.tracker import INFRA_DROPPED_NOTE, INFRA_LATE_NOTE
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, json_response, prom_vector
 
 
@@ -105,48 +106,8 @@ def test_full_queue_drops_infrastructure_readings_never_trainer_metrics(tmp_path
     assert lines[-1]["otel_bridge/dropped_infra_steps"] == len(dropped)
 
 
-class FailingBackend:
-    """Raises on every write."""
-
-    name = "failing"
-
-    def __init__(self) -> None:
-        self.attempts = 0
-
-    def write(self, record: StepRecord) -> None:
-        self.attempts += 1
-        raise OSError("disk on fire")
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class HangingBackend:
-    """Writes step 0, then hangs on step 1 until released."""
-
-    name = "hanging"
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.written: list[int] = []
-
-    def write(self, record: StepRecord) -> None:
-        if record.step == 1:
-            self.release.wait(30)
-        self.written.append(record.step)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_failing_backend_does_not_stop_the_others(tmp_path: Path) -> None:
-    failing = FailingBackend()
+    failing = BackendDouble("failing", error=OSError("disk on fire"))
     config = {
         "run": {"name": "fail", "dir": str(tmp_path)},
         "delivery": {"backend_retries": 2, "backend_backoff_s": 0},
@@ -168,7 +129,7 @@ def test_failing_backend_does_not_stop_the_others(tmp_path: Path) -> None:
 
 
 def test_close_reports_what_a_hanging_backend_did_not_get(tmp_path: Path) -> None:
-    hanging = HangingBackend()
+    hanging = BackendDouble("hanging", hold_after=1)  # writes step 0, then holds until released
     bridge = Bridge.from_config({"run": {"name": "hang", "dir": str(tmp_path)}}, backends=[hanging])
     for step in range(4):
         bridge.log({"v": float(step)}, step=step)

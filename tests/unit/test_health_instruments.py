@@ -17,22 +17,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
 
-from otel_bridge import Bridge, StepRecord
+from otel_bridge import Bridge
 from otel_bridge.health import BACKEND_ERRORS, INFRA_UNAVAILABLE, NONFINITE_VALUES, SCRAPE_ERRORS, Health
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
-
-
-class FailingBackend:
-    name = "failing"
-
-    def write(self, record: StepRecord) -> None:
-        raise OSError("disk on fire")
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def test_health_reaches_metrics_endpoint_otlp_and_every_record(tmp_path: Path) -> None:
@@ -50,7 +38,7 @@ def test_health_reaches_metrics_endpoint_otlp_and_every_record(tmp_path: Path) -
                 "otlp": {"enabled": True, "endpoint": f"{receiver.url}/v1/metrics", "interval_s": 3600},
             },
         }
-        bridge = Bridge.from_config(config, backends=[FailingBackend()])
+        bridge = Bridge.from_config(config, backends=[BackendDouble("failing", error=OSError("disk on fire"))])
         records = []
         for step in range(2):
             bridge.log({"loss": float(step), "reward": math.nan}, step=step)

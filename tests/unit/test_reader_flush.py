@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from otel_bridge import Bridge, BridgeClosedError, StepRecord
+from otel_bridge import Bridge, BridgeClosedError
+from tests.helpers.backends import BackendDouble
 
 
 def config(tmp_path: Path, **delivery: Any) -> dict[str, Any]:
@@ -40,44 +41,24 @@ def test_force_flush_inside_a_step_keeps_the_steps_histogram(tmp_path: Path) -> 
     assert (record["latency/min"], record["latency/max"], record["latency/mean"]) == (5.0, 7.0, 6.0)
 
 
-class GatedBackend:
-    """A tracker whose writes wait for the test to open the gate."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.written: list[int] = []
-
-    def write(self, record: StepRecord) -> None:
-        self.gate.wait(30)
-        self.written.append(record.step)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_force_flush_waits_for_the_trackers_to_write_delivered_steps(tmp_path: Path) -> None:
-    backend = GatedBackend()
+    backend = BackendDouble("gated", hold_after=0)  # every write waits for the test
     with Bridge.from_config(config(tmp_path), backends=[backend]) as bridge:
         bridge.log({"loss": 1.0}, step=0)
         bridge.collect(0)  # assembled and handed to every tracker's queue; the gated one is still writing
         assert backend.written == []
-        threading.Timer(0.3, backend.gate.set).start()
+        threading.Timer(0.3, backend.release.set).start()
         assert bridge.meter_provider.force_flush() is True
         assert backend.written == [0], "force_flush returned before the tracker wrote the delivered step"
 
 
 def test_force_flush_reports_a_tracker_that_does_not_finish_in_time(tmp_path: Path) -> None:
-    backend = GatedBackend()
+    backend = BackendDouble("gated", hold_after=0)  # every write waits for the test
     with Bridge.from_config(config(tmp_path), backends=[backend]) as bridge:
         bridge.log({"loss": 1.0}, step=0)
         bridge.collect(0)
         assert bridge.reader.force_flush(timeout_millis=100) is False
-        backend.gate.set()
+        backend.release.set()
 
 
 def test_meter_provider_shutdown_from_user_code_delivers_every_step_then_closes(

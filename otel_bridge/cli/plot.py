@@ -3,13 +3,15 @@
 Keys are grouped by their prefix before the last ``/`` (``rollout/vllm/generation_tokens_total/delta`` and ``.../rate``
 share a panel). Inside a panel each unit gets its own y-axis (left, then right), labelled with the unit the key states
 (:func:`unit_of`): a histogram's ``count`` never shares an axis with its latencies. A group with more than two units
-continues in another panel. A panel of one key is titled after the key and has no legend; other legends sit below
-their panel, outside the data. The figure is titled with the run's name.
+continues in another panel. Keys of one quantity whose values are the same at every step are one line (``max = mean =
+min``), not lines hiding each other; an axis whose values never change spans from zero to them. A panel of one key is
+titled after it and has no legend; other legends sit below their panel, outside the data, their labels the key's
+part after the group, with the labels the lines share (``Hostname``) as the legend's title and their values as labels.
+The figure is titled with the run's name.
 
-The PNG carries text chunks ``otel_bridge:panels`` (the panel count), ``otel_bridge:groups`` (JSON list of the groups'
-names), ``otel_bridge:title`` (the figure's title) and ``otel_bridge:layout`` (JSON list, one object per panel:
-``group``, ``title``, ``axes`` (each ``side``, ``unit``, ``keys``, ``ylim``, ``bbox``) and ``legend`` (``labels``,
-``bbox``, or ``null``)); a ``bbox`` is ``[left, top, right, bottom]`` in image pixels, as drawn.
+:func:`plan` makes the :class:`Layout` (panels, axes, lines, titles, units, legends) and :func:`render_png` draws it and
+says what went where (:class:`Drawing`): titles cut to their column and legends fitted to the image after a first
+draw. The PNG holds the picture only.
 
 Which keys: ``--keys`` globs, else a view (``--view``, a name in :data:`VIEWS`: ``steps`` by default, the step-level
 keys; a view is added with :func:`add_view`), with the phases' keys on ``--phases``. Hostile record files are bounded
@@ -352,27 +354,99 @@ def group_series(series: Sequence[Series]) -> dict[str, list[Series]]:
 
 
 @dataclass(frozen=True, slots=True)
-class Axis:
-    """One y-axis of a panel: its unit and the series drawn against it."""
+class Line:
+    """One line of a panel: the keys it stands for (several when their values are the same at every step: one line
+    drawn, not several hiding each other), its legend label, and its points."""
 
+    keys: tuple[str, ...]
+    label: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    """One y-axis of a panel: its side (``left``, ``right``), its unit and the lines drawn against it."""
+
+    side: str
     unit: str | None
-    members: tuple[Series, ...]
+    lines: tuple[Line, ...]
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for line in self.lines for key in line.keys]
 
 
 @dataclass(frozen=True, slots=True)
 class Panel:
-    """One panel: at most two y-axes (left, right)."""
+    """One panel: its key group, its title, at most two y-axes (left, right), and its legend's title (the label names
+    its lines share, whose values the labels show)."""
 
     group: str
     title: str
     axes: tuple[Axis, ...]
+    legend_title: str | None = None
 
     @property
     def keys(self) -> list[str]:
-        return [m.key for axis in self.axes for m in axis.members]
+        return [key for axis in self.axes for key in axis.keys]
+
+    @property
+    def lines(self) -> list[Line]:
+        return [line for axis in self.axes for line in axis.lines]
+
+    @property
+    def legend(self) -> tuple[str, ...]:
+        """The legend's labels, one a line; none for a panel of one key (its title names it)."""
+        return tuple(line.label for line in self.lines) if len(self.keys) > 1 else ()
 
 
-Drawn = list[tuple[Panel, list[Any], Any]]  # a panel as drawn: its panel, its matplotlib axes and legend (or None)
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What one image shows: its title, its size in pixels, and its panels (three a row)."""
+
+    title: str
+    width: int
+    height: int
+    panels: tuple[Panel, ...]
+
+    @property
+    def groups(self) -> list[str]:
+        """The key groups drawn, in panel order."""
+        return list(dict.fromkeys(panel.group for panel in self.panels))
+
+
+Box = tuple[float, float, float, float]
+"""A region of the image in pixels: left, top, right, bottom (origin top-left)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnAxis:
+    """Where an axis's data area was drawn, and the range its y-axis shows."""
+
+    data: Box
+    ylim: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnPanel:
+    """A panel as drawn: its title and legend labels as they fit, and the regions they and its axes took."""
+
+    title: str
+    title_box: Box
+    axes: tuple[DrawnAxis, ...]
+    legend: tuple[str, ...]
+    legend_box: Box | None
+
+
+@dataclass(frozen=True, slots=True)
+class Drawing:
+    """The image as drawn: its panels in layout order, and whether the panels did not fit (overlap)."""
+
+    width: int
+    height: int
+    panels: tuple[DrawnPanel, ...]
+    crowded: bool
 
 
 def _unit_rank(unit: str | None) -> int:
@@ -382,9 +456,75 @@ def _unit_rank(unit: str | None) -> int:
     return 2 if unit is not None and "sum" in unit else 0
 
 
+_SUMMED = " summed per step"
+
+
+def _quantity(unit: str | None) -> str | None:
+    """What a unit measures: a histogram's ``s summed per step`` measures seconds, as its ``s`` does."""
+    return unit[: -len(_SUMMED)] if unit is not None and unit.endswith(_SUMMED) else unit
+
+
+def _same_lines(members: Sequence[Series], histogram: bool) -> list[tuple[str | None, list[Series]]]:
+    """``members`` gathered into lines: the series of one quantity whose values are the same at every step make one
+    line (a trainer histogram with one observation a step has min = max = mean = sum; health counts that stayed 0),
+    under the unit of the first of them."""
+    lines: dict[tuple[str | None, tuple[int, ...], tuple[float, ...]], tuple[str | None, list[Series]]] = {}
+    for member in members:
+        unit = unit_of(member.key, histogram=histogram)
+        same = lines.setdefault((_quantity(unit), member.steps, member.values), (unit, []))
+        same[1].append(member)
+    return list(lines.values())
+
+
+_LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(.+)$")
+
+
+def _labels_of(rest: str, key: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``rest`` (a key's part after its panel's group) split into its name part and its label segments
+    (``Hostname.rollout-node`` -> ``("Hostname", "rollout-node")``): the ``label.value`` segments that follow a
+    statistic (an infrastructure key) or end a health key (``otel_bridge/backend_errors/backend.jsonl``)."""
+    parts = rest.split("/") if rest else []
+    labels: list[tuple[str, str]] = []
+    labelled = key.startswith("otel_bridge/") or _stat_and_metric(key)[0] is not None
+    while labelled and parts and not _STAT.match(parts[-1]) and (match := _LABEL.match(parts[-1])):
+        labels.insert(0, (match.group(1), match.group(2)))
+        parts.pop()
+    return "/".join(parts), tuple(labels)
+
+
+def _key_labels(key: str, group: str) -> tuple[str, tuple[tuple[str, str], ...], str | None]:
+    """A key's legend parts in a panel of ``group``: its name part, its labels and its phase."""
+    phase, rest = phase_of(key)
+    if phase is not None and group == PHASES_GROUP:
+        return (phase if rest == "seconds" else key), (), None
+    name = rest[len(group) + 1 :] if rest.startswith(group + "/") else rest
+    base, labels = _labels_of(name, rest)
+    return base, labels, phase
+
+
+def _legend(keys_by_line: Sequence[Sequence[str]], group: str, sides: Sequence[str]) -> tuple[list[str], str | None]:
+    """Each line's label and the legend's title. Lines whose keys all carry the same label names show the values
+    under a title naming the labels (``Hostname``: ``rollout-node``, ``trainer-node``); otherwise ``name=value``. A
+    phase's line ends ``[phase]``; a line on the right axis ends ``(right)``; a line of several keys joins theirs
+    with `` = ``."""
+    parts = [[_key_labels(key, group) for key in keys] for keys in keys_by_line]
+    names = {tuple(n for n, _ in labels) for line in parts for _, labels, _ in line}
+    common = next(iter(names)) if len(names) == 1 and () not in names else None
+
+    def text(base: str, labels: tuple[tuple[str, str], ...], phase: str | None) -> str:
+        shown = ", ".join(v if common else f"{n}={v}" for n, v in labels)
+        words = " ".join(w for w in (base, shown) if w)
+        return f"{words} [{phase}]" if phase else words
+
+    labels = [" = ".join(text(*p) for p in line) for line in parts]
+    labels = [f"{label} (right)" if side == "right" else label for label, side in zip(labels, sides, strict=True)]
+    return labels, (", ".join(common) if common else None)
+
+
 def layout_panels(groups: dict[str, list[Series]]) -> list[Panel]:
-    """One axis per unit, two axes per panel (a group with more units continues in the next panel); at most
-    :data:`MAX_LINES` lines a panel (the step's keys first, then the phases'), the others counted on stderr."""
+    """One axis per unit, two axes per panel (a group with more units continues in the next panel), one line for the
+    series of a quantity that are the same at every step; at most :data:`MAX_LINES` keys a panel (the step's keys
+    first, then the phases'), the others counted on stderr."""
     panels = []
     left_out = 0
     for name, members in groups.items():
@@ -392,14 +532,24 @@ def layout_panels(groups: dict[str, list[Series]]) -> list[Panel]:
             ordered = sorted(members, key=lambda m: phase_of(m.key)[0] is not None)
             left_out += len(members) - MAX_LINES
             members = [m for m in members if m in ordered[:MAX_LINES]]
-        histogram = _is_histogram(members)
-        by_unit: dict[str | None, list[Series]] = {}
-        for member in members:
-            by_unit.setdefault(unit_of(member.key, histogram=histogram), []).append(member)
-        axes = [Axis(unit, tuple(items)) for unit, items in sorted(by_unit.items(), key=lambda u: _unit_rank(u[0]))]
-        for first in range(0, len(axes), 2):
-            chunk = tuple(axes[first : first + 2])
-            keys = [m.key for axis in chunk for m in axis.members]
+        by_unit: dict[str | None, list[list[Series]]] = {}
+        for unit, same in _same_lines(members, _is_histogram(members)):
+            by_unit.setdefault(unit, []).append(same)
+        units = sorted(by_unit.items(), key=lambda u: _unit_rank(u[0]))
+        for first in range(0, len(units), 2):
+            chunk = units[first : first + 2]
+            sides = [side for side, (_, lines) in zip(("left", "right"), chunk, strict=False) for _ in lines]
+            lines = [same for _, unit_lines in chunk for same in unit_lines]
+            labels, legend_title = _legend([[m.key for m in same] for same in lines], name, sides)
+            made = iter(
+                Line(tuple(m.key for m in same), label, same[0].steps, same[0].values)
+                for same, label in zip(lines, labels, strict=True)
+            )
+            axes = tuple(
+                Axis(side, unit, tuple(next(made) for _ in unit_lines))
+                for side, (unit, unit_lines) in zip(("left", "right"), chunk, strict=False)
+            )
+            keys = [key for axis in axes for key in axis.keys]
             bases = {phase_of(key)[1] for key in keys}
             if len(keys) == 1:
                 title = keys[0]
@@ -408,8 +558,8 @@ def layout_panels(groups: dict[str, list[Series]]) -> list[Panel]:
             else:
                 title = name
             if first and len(keys) > 1:
-                title += f" ({chunk[0].unit})"
-            panels.append(Panel(name, title, chunk))
+                title += f" ({axes[0].unit})"
+            panels.append(Panel(name, title, axes, legend_title if len(keys) > 1 else None))
     if left_out:
         _log.warning("%d key(s) left out: at most %d lines a panel; choose them with --keys", left_out, MAX_LINES)
     return panels
@@ -434,8 +584,30 @@ def cap_panels(panels: list[Panel]) -> list[Panel]:
     return kept
 
 
-def render_png(panels: Sequence[Panel], output: Path, width: int, height: int, title: str) -> None:
-    """Draw the panels and write the PNG (exactly ``width`` x ``height`` pixels), its layout in its text chunks."""
+def plan(
+    records: Sequence[dict[str, Any]],
+    *,
+    keys: Sequence[str] | None = None,
+    view: str = DEFAULT_VIEW,
+    phases: bool = False,
+    width: int = 1200,
+    height: int | None = None,
+    title: str,
+) -> Layout:
+    """The layout of one image of ``records``: the keys chosen (:func:`select_series`), in panels
+    (:func:`layout_panels`, :func:`cap_panels`), ``height`` by default growing with the panels."""
+    panels = cap_panels(layout_panels(group_series(select_series(records, keys, view=view, phases=phases))))
+    return Layout(title, width, height if height is not None else default_height(len(panels)), tuple(panels))
+
+
+_Drawn = tuple[Panel, list[Any], Any, Any]  # a panel as drawn: its panel, matplotlib axes, title text and legend
+
+
+def render_png(layout: Layout, output: Path) -> Drawing:
+    """Draw ``layout`` and write it to ``output`` as a PNG of exactly its width x height pixels; what was drawn where.
+
+    Titles and legends are fitted to the image after a first draw: a title to its column (its leading path parts
+    give way to ``…/``), a legend to the image and clear of the others (fewer columns, then shorter labels)."""
     try:
         import numpy
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -446,67 +618,77 @@ def render_png(panels: Sequence[Panel], output: Path, width: int, height: int, t
             f"otel-bridge plot needs matplotlib, which is not importable ({exc}): {PLOT_EXTRA_HINT}"
         ) from None
     dpi = 100
+    width, height, panels = layout.width, layout.height, layout.panels
     count = len(panels)
     cols = min(3, count)
     rows = math.ceil(count / cols)
     figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
     canvas: Any = FigureCanvasAgg(figure)  # its draw() and buffer_rgba() are untyped
     grid = figure.subplots(rows, cols, squeeze=False)
-    drawn: Drawn = []
+    drawn: list[_Drawn] = []
     for index, panel in enumerate(panels):
         ax = grid[index // cols][index % cols]
-        drawn.append((panel, *_draw_panel(ax, panel, width // cols, lowest=index + cols >= count)))
+        drawn.append((panel, *_draw_panel(ax, panel, lowest=index + cols >= count)))
     for index in range(count, rows * cols):
         grid[index // cols][index % cols].set_visible(False)
-    figure.suptitle(title, fontsize=10)
+    figure.suptitle(layout.title, fontsize=10)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         canvas.draw()
-        drawn = _fit_legends(canvas, drawn, width)
-    if any("collapsed" in str(w.message) for w in caught):
+        drawn = _fit_texts(canvas, drawn, width, cols)
+    crowded = any("collapsed" in str(w.message) for w in caught)
+    if crowded:
         _log.warning(
             "%d panels do not fit in %dx%d pixels and overlap; choose fewer --keys or a larger --width/--height",
             count,
             width,
             height,
         )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    metadata = {
-        "otel_bridge:panels": str(count),
-        "otel_bridge:groups": json.dumps(list(dict.fromkeys(p.group for p in panels))),
-        "otel_bridge:title": title,
-        "otel_bridge:layout": json.dumps([_describe(p, axes, legend, height) for p, axes, legend in drawn]),
-    }
-    # the pixels of the draw the layout was recorded from (savefig would lay out and draw everything again)
-    imsave(output, numpy.asarray(canvas.buffer_rgba()), format="png", dpi=dpi, metadata=metadata)
+    # the pixels of the draw the boxes were measured on (savefig would lay out and draw everything again)
+    try:
+        imsave(output, numpy.asarray(canvas.buffer_rgba()), format="png", dpi=dpi)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {printable(str(output))}: {exc.strerror or exc}; choose another -o") from None
+    return Drawing(width, height, tuple(_drawn_panel(d, height) for d in drawn), crowded)
 
 
-def _draw_panel(ax: Any, panel: Panel, panel_width: int, *, lowest: bool) -> tuple[list[Any], Any]:
-    """Draw one panel on ``ax`` (a twin axis on the right for a second unit); returns its axes and legend."""
-    ax.set_title(_fit(panel.title, chars=int(panel_width / 7.5)), fontsize=9)
+def _draw_panel(ax: Any, panel: Panel, *, lowest: bool) -> tuple[list[Any], Any, Any]:
+    """Draw one panel on ``ax`` (a twin axis on the right for a second unit); its axes, title and legend."""
+    title = ax.set_title(panel.title, fontsize=9)
     axes = [ax] if len(panel.axes) == 1 else [ax, ax.twinx()]
     handles = []
-    colours = iter(_colours(len(panel.keys)))
+    colours = iter(_colours(len(panel.lines)))
     for axis, target in zip(panel.axes, axes, strict=True):
-        for member in axis.members:
-            label = _label(member.key, panel)
-            marker = "." if len(member.steps) < 50 else None
-            handles += target.plot(member.steps, member.values, marker=marker, label=label, color=next(colours))
+        for line in axis.lines:
+            marker = "." if len(line.steps) < 50 else None
+            handles += target.plot(line.steps, line.values, marker=marker, label=line.label, color=next(colours))
         if axis.unit:
             target.set_ylabel(axis.unit, fontsize=8)
         target.tick_params(labelsize=7)
+        _scale(target, [v for line in axis.lines for v in line.values])
     if lowest:
         ax.set_xlabel("training step", fontsize=8)
     ax.grid(True, alpha=0.3)
     ax.xaxis.get_major_locator().set_params(integer=True)
     legend = None
-    if len(handles) > 1:
-        if len(axes) > 1:
-            for handle, key in zip(handles, panel.keys, strict=True):
-                if key in {m.key for m in panel.axes[1].members}:
-                    handle.set_label(f"{handle.get_label()} (right)")
-        legend = _place_legend(ax, handles, [h.get_label() for h in handles], min(3, len(handles)), lowest=lowest)
-    return axes, legend
+    if panel.legend:
+        legend = _place_legend(ax, handles, panel.legend, min(3, len(handles)), panel.legend_title, lowest=lowest)
+    return axes, title, legend
+
+
+def _scale(target: Any, values: Sequence[float]) -> None:
+    """An axis whose values never change spans from zero to them (a count that stayed 0 shows 0 to 1, not ±0.04);
+    an axis of whole numbers has whole-number ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    if values and min(values) == max(values):
+        low, high = min(0.0, values[0]), max(0.0, values[0])
+        if low == high:
+            high = 1.0
+        pad = 0.05 * (high - low)  # matplotlib's own margins
+        target.set_ylim(low - pad, high + pad)
+    if values and all(float(v).is_integer() for v in values):
+        target.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _colours(count: int) -> list[Any]:
@@ -518,12 +700,16 @@ def _colours(count: int) -> list[Any]:
     return [ordered[i % len(ordered)] for i in range(count)]
 
 
-def _place_legend(ax: Any, handles: Sequence[Any], labels: Sequence[str], ncols: int, *, lowest: bool) -> Any:
+def _place_legend(
+    ax: Any, handles: Sequence[Any], labels: Sequence[str], ncols: int, title: str | None, *, lowest: bool
+) -> Any:
     """The legend below the panel, under its tick labels (and x label): outside the data; constrained layout makes
     room for it."""
     return ax.legend(
         handles=list(handles),
         labels=list(labels),
+        title=title,
+        title_fontsize=6,
         loc="upper center",
         bbox_to_anchor=(0.5, 0.0),
         borderaxespad=4.2 if lowest else 2.4,
@@ -536,22 +722,33 @@ def _place_legend(ax: Any, handles: Sequence[Any], labels: Sequence[str], ncols:
 _FIT_ROUNDS = 6
 
 
-def _fit_legends(canvas: Any, drawn: Drawn, width: int) -> Drawn:
-    """Redraw the legends that leave the image or cross another legend: fewer columns first, then shorter labels.
+def _fit_texts(canvas: Any, drawn: list[_Drawn], width: int, cols: int) -> list[_Drawn]:
+    """Redraw the titles that leave the image or reach past the middle of the gap to the next panel
+    (:func:`_narrower`) and the legends that leave the image or cross another legend (fewer columns first, then
+    shorter labels).
 
-    A legend is centred under its panel, so a wide one (long phase names, many keys) under a panel narrowed by its
-    tick labels can stick out of the image's side; constrained layout does not move panels sideways for it."""
+    A title or legend is centred on its panel's axes, which a y-label and a right axis narrow: a long one sticks out
+    of the image's side or into its neighbour's; constrained layout does not move panels sideways for it."""
     for _ in range(_FIT_ROUNDS):
-        boxes = {i: legend.get_window_extent() for i, (_, _, legend) in enumerate(drawn) if legend is not None}
+        changed = False
+        areas = [axes[0].get_window_extent() for _, axes, _, _ in drawn]
+        for index, (panel, _, title, _) in enumerate(drawn):
+            first, last = index % cols == 0, index % cols == cols - 1 or index == len(drawn) - 1
+            left = 0.0 if first else (areas[index - 1].x1 + areas[index].x0) / 2
+            right = float(width) if last else (areas[index].x1 + areas[index + 1].x0) / 2
+            while not left <= (box := title.get_window_extent()).x0 <= box.x1 <= right:
+                if (narrower := _narrower(panel.title, title.get_text())) is None:
+                    break
+                title.set_text(narrower)
+                changed = True
+        boxes = {i: legend.get_window_extent() for i, (_, _, _, legend) in enumerate(drawn) if legend is not None}
         bad = [
             i
             for i, box in boxes.items()
             if box.x0 < 0 or box.x1 > width or any(j != i and box.overlaps(o) for j, o in boxes.items())
         ]
-        if not bad:
-            break
         for i in bad:
-            panel, axes, legend = drawn[i]
+            panel, axes, title, legend = drawn[i]
             handles = legend.legend_handles
             labels = [t.get_text() for t in legend.get_texts()]
             ncols = legend._ncols  # matplotlib keeps the column count only there
@@ -562,7 +759,10 @@ def _fit_legends(canvas: Any, drawn: Drawn, width: int) -> Drawn:
                 longest = max(len(label) for label in labels)
                 labels = [_shorten(label, chars=max(8, longest * 3 // 4)) for label in labels]
             legend.remove()
-            drawn[i] = (panel, axes, _place_legend(axes[0], handles, labels, ncols, lowest=lowest))
+            drawn[i] = (panel, axes, title, _place_legend(axes[0], handles, labels, ncols, panel.legend_title,
+                                                          lowest=lowest))  # fmt: skip
+        if not changed and not bad:
+            break
         canvas.draw()
     return drawn
 
@@ -575,65 +775,98 @@ def _shorten(label: str, *, chars: int) -> str:
     return label[: (keep + 1) // 2] + "…" + label[len(label) - keep // 2 :]
 
 
-def _label(key: str, panel: Panel) -> str:
-    """A line's legend label: the key's part after the panel's group, with its phase (``delta [gen]``)."""
-    phase, rest = phase_of(key)
-    if phase is not None:
-        return phase if panel.group == PHASES_GROUP else f"{_label(rest, panel)} [{phase}]"
-    return key[len(panel.group) + 1 :] if key.startswith(panel.group + "/") else key
+def _narrower(full: str, shown: str) -> str | None:
+    """The next shorter form of the title ``full`` now ``shown``: one leading path part fewer (``…/`` for those left
+    out), then, down to its last part, characters from that part's middle; ``None`` when 8 characters are left."""
+    parts = shown.removeprefix("…/").split("/")
+    if len(parts) > 1:
+        return _fit(full, parts=len(parts) - 1)
+    return _shorten(shown, chars=len(shown) - 2) if len(shown) > 8 else None
 
 
-def _describe(panel: Panel, axes: Sequence[Any], legend: Any, height: int) -> dict[str, Any]:
-    """What the PNG records of one panel, with bounding boxes in image pixels (origin top-left)."""
-
-    def box(extent: Any) -> list[float]:
-        return [round(extent.x0, 1), round(height - extent.y1, 1), round(extent.x1, 1), round(height - extent.y0, 1)]
-
-    return {
-        "group": panel.group,
-        "title": panel.title,
-        "axes": [
-            {
-                "side": side,
-                "unit": axis.unit,
-                "keys": [m.key for m in axis.members],
-                "ylim": [float(v) for v in target.get_ylim()],
-                "bbox": box(target.get_window_extent()),
-            }
-            for side, axis, target in zip(("left", "right"), panel.axes, axes, strict=False)
-        ],
-        "legend": None
-        if legend is None
-        else {"labels": [t.get_text() for t in legend.get_texts()], "bbox": box(legend.get_window_extent())},
-    }
+def _fit(name: str, *, parts: int) -> str:
+    """``name`` shown by its last ``parts`` path parts (at least one), ``…/`` standing for those left out."""
+    every = name.split("/")
+    return name if parts >= len(every) else "…/" + "/".join(every[-max(1, parts) :])
 
 
-def _fit(name: str, *, chars: int) -> str:
-    """``name``, leading path components replaced by an ellipsis until it fits in ``chars``."""
-    parts = name.split("/")
-    while len(parts) > 1 and len("/".join(parts)) > chars:
-        parts = parts[1:]
-    shown = "/".join(parts)
-    return ("…/" if shown != name else "") + shown
+def _drawn_panel(drawn: _Drawn, height: int) -> DrawnPanel:
+    """A panel as drawn, its regions in image pixels (origin top-left)."""
+    _, axes, title, legend = drawn
+
+    def box(extent: Any) -> Box:
+        return (float(extent.x0), float(height - extent.y1), float(extent.x1), float(height - extent.y0))
+
+    return DrawnPanel(
+        title=title.get_text(),
+        title_box=box(title.get_window_extent()),
+        axes=tuple(DrawnAxis(box(ax.get_window_extent()), _ylim(ax)) for ax in axes),
+        legend=tuple(t.get_text() for t in legend.get_texts()) if legend is not None else (),
+        legend_box=box(legend.get_window_extent()) if legend is not None else None,
+    )
+
+
+def _ylim(ax: Any) -> tuple[float, float]:
+    low, high = ax.get_ylim()
+    return float(low), float(high)
+
+
+def check_output(output: Path) -> None:
+    """Refuse an output path whose directory does not exist (or that is a directory), before any work: a plot never
+    creates directories."""
+    parent = output.parent
+    if output.is_dir():
+        raise ConfigError(f"-o {printable(str(output))} is a directory; give the PNG's file name")
+    if not parent.is_dir():
+        raise ConfigError(
+            f"-o {printable(str(output))}: the directory {printable(str(parent))} does not exist; create it first"
+        )
+
+
+def plot(
+    source: Path,
+    output: Path,
+    *,
+    keys: Sequence[str] | None = None,
+    view: str = DEFAULT_VIEW,
+    phases: bool = False,
+    width: int = 1200,
+    height: int | None = None,
+    title: str | None = None,
+) -> tuple[Layout, Drawing]:
+    """Plot the records of ``source`` (a run directory or a JSONL file) to the PNG ``output``: the layout drawn (see
+    :func:`plan`) and what was drawn where."""
+    sizes = [width] + ([height] if height is not None else [])
+    if not all(MIN_PIXELS <= size <= MAX_PIXELS for size in sizes):
+        shown = f"{width}x{height if height is not None else 'auto'}"
+        raise ConfigError(f"--width and --height must be {MIN_PIXELS} to {MAX_PIXELS} pixels, got {shown}")
+    check_output(output)
+    path = jsonl_path(source)
+    records = read_records(path)
+    layout = plan(
+        records, keys=keys, view=view, phases=phases, width=width, height=height, title=title or run_name(path)
+    )
+    return layout, render_png(layout, output)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Read the records, group the keys and write the PNG."""
-    sizes = [args.width] + ([args.height] if args.height is not None else [])
-    if not all(MIN_PIXELS <= size <= MAX_PIXELS for size in sizes):
-        shown = f"{args.width}x{args.height if args.height is not None else 'auto'}"
-        raise ConfigError(f"--width and --height must be {MIN_PIXELS} to {MAX_PIXELS} pixels, got {shown}")
-    path = jsonl_path(args.source)
-    series = select_series(read_records(path), args.keys, view=args.view, phases=args.phases)
-    panels = cap_panels(layout_panels(group_series(series)))
-    height = args.height if args.height is not None else default_height(len(panels))
-    title = args.title or run_name(path)
-    render_png(panels, args.output, args.width, height, title)
+    """Read the records, lay the keys out and write the PNG."""
+    layout, _ = plot(
+        args.source,
+        args.output,
+        keys=args.keys,
+        view=args.view,
+        phases=args.phases,
+        width=args.width,
+        height=args.height,
+        title=args.title,
+    )
     if not args.quiet:
-        titles = printable(", ".join(p.title for p in panels))
+        titles = printable(", ".join(p.title for p in layout.panels))
         if len(titles) > 300:
             titles = titles[:297] + "..."
-        out.write(f"wrote {printable(str(args.output))} ({args.width}x{height}, {len(panels)} panels: {titles})\n")
+        size = f"{layout.width}x{layout.height}"
+        out.write(f"wrote {printable(str(args.output))} ({size}, {len(layout.panels)} panels: {titles})\n")
     return 0
 
 

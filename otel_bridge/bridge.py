@@ -176,7 +176,7 @@ class Bridge:
         self._open_step: int | None = None
         self._open_start = 0.0
         self._open_values: dict[str, float] = {}
-        self._phase_log = PhaseLog()
+        self._phase_log = PhaseLog(config.naming.phase_repeats)
         self._pending: StepJob | None = None
         self._last_step: int | None = None
         self._last_boundary: float | None = None
@@ -376,7 +376,8 @@ class Bridge:
 
         The step's record gets ``phase/<name>/seconds`` and every configured infrastructure statistic computed over
         the phase's window, as ``phase/<name>/<key>`` (README: Phases and traces). Phases do not nest; a name used
-        twice in one step becomes ``<name>_2``. Same as :meth:`begin_phase` + :meth:`end_phase`.
+        several times in one step has one set of keys over all its occurrences (``naming.phase_repeats: sum``), or a
+        set per occurrence, ``<name>_2`` for the second (``each``). Same as :meth:`begin_phase` + :meth:`end_phase`.
         """
         self.begin_phase(name)
         try:

@@ -41,17 +41,23 @@ STEP_SECONDS_METRIC: Final = "otel_bridge.phase.step_seconds"
 """The step's duration in seconds, beside its phases' (no phase attribute; only in a step with phases)."""
 OUTSIDE_PHASES_METRIC: Final = "otel_bridge.phase.outside_seconds"
 """The seconds of the step that no phase covered: the time nobody accounted for (no phase attribute)."""
+KINDS: Final = ("counter", "gauge", "histogram")
+"""What an infrastructure metric's ``description`` holds: the kind of the source metric its statistics were computed
+from (empty for ratios and raw PromQL). It says how a statistic of several windows combines into the statistic of
+their union (a phase repeated within a step: :func:`otel_bridge.producers.statistics.combine_windows`)."""
 
 
 def _ns(t: float | None) -> int:
     return 0 if t is None else round(t * 1e9)
 
 
-def gauge_metric(name: str, points: Sequence[tuple[Mapping[str, Any], float]], window: StepWindow) -> Metric:
+def gauge_metric(
+    name: str, points: Sequence[tuple[Mapping[str, Any], float]], window: StepWindow, description: str = ""
+) -> Metric:
     """An OTel ``Metric`` holding gauge points stamped with the window (start = window start, time = window end)."""
     return Metric(
         name=name,
-        description="",
+        description=description,
         unit="",
         data=Gauge(
             data_points=[

@@ -463,6 +463,14 @@ class NamingConfig(_Model):
     """How tracker keys are formed."""
 
     infra_prefix: str = Field("rollout", description="Prefix of infrastructure keys ('' for none).")
+    phase_repeats: Literal["sum", "each"] = Field(
+        "sum",
+        description=(
+            "A phase name repeated within one step (verl's asynchronous trainers time one `gen` per local update): "
+            "sum: one phase/<name>/... key per name, its seconds and statistics over all its occurrences; each: one "
+            "key per occurrence (<name>, <name>_2, <name>_3...)."
+        ),
+    )
 
 
 class RunConfig(_Model):

@@ -3,7 +3,10 @@
 ``with bridge.phase("gen")`` (or ``begin_phase``/``end_phase``) marks ``(enter, exit]`` like a step, and the step's
 record gets, per phase, its duration and the same infrastructure statistics as the step, computed over the phase's
 window. Phases do not nest and do not overlap; a step may have gaps between phases (time spent in no phase) and may
-repeat a name: the second ``gen`` of a step is recorded as ``gen_2``, the third as ``gen_3``.
+repeat a name (verl's asynchronous trainers time one ``gen`` per local update): by default (``naming.phase_repeats:
+sum``) the occurrences share the name as their key, and the step's record holds one set of keys per name, their seconds
+and statistics over all occurrences; with ``each`` the second ``gen`` of a step is recorded as ``gen_2``, the third as
+``gen_3``.
 
 A phase belongs to the step record of the next step boundary: the step open around it (``with bridge.step``), or,
 in a loop that only calls ``bridge.log(metrics, step)`` at the end of each step (verl's), the step that log closes.
@@ -25,7 +28,8 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """One ended phase: ``name`` as given, ``key`` unique within its step (``gen``, ``gen_2``...), ``(start, end]``."""
+    """One ended phase: ``name`` as given, ``key`` its record key (the name; with ``phase_repeats: each`` unique
+    within its step: ``gen``, ``gen_2``...), ``(start, end]``."""
 
     name: str
     key: str
@@ -43,9 +47,13 @@ class Phase:
 
 
 class PhaseLog:
-    """The phases since the last step boundary, in order. Used on the training thread only."""
+    """The phases since the last step boundary, in order. Used on the training thread only.
 
-    def __init__(self) -> None:
+    ``repeats`` is ``naming.phase_repeats``: ``sum`` keys every occurrence of a name by the name, ``each`` numbers
+    the repeats (``gen_2``...)."""
+
+    def __init__(self, repeats: str = "sum") -> None:
+        self._each = repeats == "each"
         self._open: tuple[str, float] | None = None
         self._ended: list[Phase] = []
         self._auto_closed: str | None = None
@@ -78,7 +86,7 @@ class PhaseLog:
             raise StepOrderError(f"end_phase({name!r}) without begin_phase({name!r}) (open phase: {self.open_name})")
         start = self._open[1]
         self._open = None
-        self._ended.append(Phase(name, self._unique(name), start, max(start, t)))
+        self._ended.append(Phase(name, self._unique(name) if self._each else name, start, max(start, t)))
         return True
 
     def _unique(self, name: str) -> str:

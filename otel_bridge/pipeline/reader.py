@@ -43,6 +43,7 @@ from otel_bridge.pipeline.infra_deadline import InfraDeadline
 from otel_bridge.pipeline.phases import Phase
 from otel_bridge.pipeline.step_job import StepJob
 from otel_bridge.producers.base import MetricProducer, metrics_of
+from otel_bridge.producers.statistics import combine_window_metrics
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import gauge_metric
 from otel_bridge.suppression import instrumentation_suppressed
@@ -248,16 +249,23 @@ class StepMetricReader(MetricReader):
         """
         order = sorted([None, *phases], key=lambda p: (_start_of(window) if p is None else p.start, p is not None))
         infra: list[Metric] = []
-        per_phase: list[Metric] = []
+        occurrences: dict[str, list[tuple[Phase, list[Metric]]]] = {}
         health: list[Metric] = []
         for phase in order:
             if phase is None:
                 infra = self._produce(window, until)
                 health = self._health_metrics(window)
             else:
-                per_phase.extend(
-                    with_phase(m, phase.key) for m in self._produce(phase.window(window.step), until, phase=True)
-                )
+                produced = self._produce(phase.window(window.step), until, phase=True)
+                occurrences.setdefault(phase.key, []).append((phase, produced))
+        per_phase: list[Metric] = []
+        for key, found in occurrences.items():
+            if len(found) == 1:
+                metrics = found[0][1]
+            else:  # one key for several occurrences (naming.phase_repeats: sum): their union's statistics
+                span = StepWindow(window.step, found[0][0].start, found[-1][0].end)
+                metrics = combine_window_metrics([(p.seconds, m) for p, m in found], span)
+            per_phase.extend(with_phase(m, key) for m in metrics)
         return infra, per_phase, health
 
     def _produce(self, window: StepWindow, until: float | None, *, phase: bool = False) -> list[Metric]:
@@ -334,11 +342,19 @@ def _start_of(window: StepWindow) -> float:
 
 
 def phase_durations(window: StepWindow, phases: Sequence[Phase]) -> list[Metric]:
-    """One :data:`~otel_bridge.schema.PHASE_SECONDS_METRIC` per phase, stamped with the phase's window; with phases
-    and a window start, the step's seconds and those outside every phase (phases do not overlap) beside them."""
+    """One :data:`~otel_bridge.schema.PHASE_SECONDS_METRIC` per phase key (the seconds of its occurrences added up),
+    stamped with the span of its occurrences; with phases and a window start, the step's seconds and those outside
+    every phase (phases do not overlap) beside them."""
+    by_key: dict[str, list[Phase]] = {}
+    for p in phases:
+        by_key.setdefault(p.key, []).append(p)
     durations = [
-        gauge_metric(schema.PHASE_SECONDS_METRIC, [({schema.PHASE_ATTRIBUTE: p.key}, p.seconds)], p.window(window.step))
-        for p in phases
+        gauge_metric(
+            schema.PHASE_SECONDS_METRIC,
+            [({schema.PHASE_ATTRIBUTE: key}, math.fsum(p.seconds for p in found))],
+            StepWindow(window.step, found[0].start, found[-1].end),
+        )
+        for key, found in by_key.items()
     ]
     if phases and window.start is not None and window.seconds is not None:
         start, end = window.start, window.end

@@ -9,7 +9,9 @@ metrics, one trace per step over OTLP/HTTP:
   (``rollout/vllm/generation_tokens_total/rate``...);
 - one child span per phase, named as the phase (``gen``, ``update_actor``, ``gen_2``), covering the phase's window,
   with the same three attributes, ``otel_bridge.phase`` and the phase's figures: ``seconds`` and every infrastructure
-  statistic of the phase under its record key without the ``phase/<name>/`` prefix.
+  statistic of the phase under its record key without the ``phase/<name>/`` prefix. A phase repeated within the step
+  under one key (``naming.phase_repeats: sum``) is one span per occurrence, each with its own ``seconds`` only: the
+  record's figures of that key are those of all occurrences together.
 
 Spans are made after the fact on the delivery worker (start and end times given explicitly), once the step's record
 exists, and exported by the SDK's ``BatchSpanProcessor`` (its own thread, instrumentation suppressed) with a
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -83,9 +86,15 @@ class StepTracer:
             attributes={**_limited(step_figures), **step_attributes},
         )
         context = trace.set_span_in_context(parent)
+        repeated = {key for key, n in Counter(p.key for p in phases).items() if n > 1}
         for phase in phases:
             prefix = f"{PHASE_PREFIX}/{phase.key}/"
-            figures = {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
+            # the record's figures of a key several occurrences share are their union's: each span gets its own seconds
+            figures = (
+                {}
+                if phase.key in repeated
+                else {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
+            )
             figures.setdefault("seconds", phase.seconds)
             span = self._tracer.start_span(
                 phase.key,

@@ -40,6 +40,20 @@ VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:num_requests_running", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "vllm:num_requests_waiting", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "vllm:kv_cache_usage_perc", "type": "gauge", "stats": ["max", "mean"], "agg": "max"},
+    # The seconds each server ran no request, summed over the servers (full_scale 1: a server is busy while it runs at
+    # least one request): idle server-seconds, read beside idle GPU-seconds (docs/step-numbers.md).
+    {
+        "name": "vllm:num_requests_running",
+        "type": "gauge",
+        "stats": ["idle_seconds"],
+        "agg": "sum",
+        "full_scale": 1.0,
+        "alias": "vllm:num_requests_running:servers",
+    },
+    # vLLM's sleep mode, one series per sleep_state (awake, weights_offloaded: level 1, discard_all: level 2), each 1
+    # while the engine is in it (vllm/v1/metrics/loggers.py record_sleep_state): summed over the servers, the min is
+    # how many servers were in that state at every sample of the window, the max how many at some sample.
+    {"name": "vllm:engine_sleep_state", "type": "gauge", "stats": ["min", "max"], "agg": "sum", "by": ["sleep_state"]},
     {
         "ratio": {
             "numerator": "vllm:prefix_cache_hits_total",

@@ -27,9 +27,9 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
-from opentelemetry.sdk.metrics.export import Metric
+from opentelemetry.sdk.metrics.export import Gauge, Metric
 
 from otel_bridge.health import GROUPS_DROPPED, Health
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
@@ -102,20 +102,31 @@ def counter_increase(
 
 
 def idle_seconds(samples: Sequence[Sample], window: StepWindow, full_scale: float) -> float | None:
-    """The seconds of the window a device was idle: ``seconds x (1 - mean / full_scale)``.
+    """The seconds of the window a device was idle: ``seconds - sum(busy_i / full_scale x d_i)``.
 
-    ``mean`` is the mean of the samples inside the window (:func:`gauge_statistic`), ``full_scale`` the gauge's value
-    when the device is fully busy (100 for ``DCGM_FI_DEV_GPU_UTIL``, 1 for a ``DCGM_FI_PROF_*`` ratio). Summed over
-    GPUs this is the window's idle GPU-seconds. Samples are taken as evenly spaced (a scrape interval), so their mean
-    stands for the time average; the PromQL path computes the same from ``avg_over_time``. ``None`` without samples
-    or without a window start; NaN when a sample is NaN.
+    ``busy_i`` is each sample inside the window held to ``[0, full_scale]``, ``full_scale`` the gauge's value at and
+    above which the device is fully busy: 100 for ``DCGM_FI_DEV_GPU_UTIL``, 1 for a ``DCGM_FI_PROF_*`` ratio, and 1
+    for a count such as ``vllm:num_requests_running``, whose samples are then 1 (running at least one request) or 0
+    (none). Each sample stands for the time since the previous one (the first for the time since the window's start,
+    the last also for the time up to its end): ``d_i``. Evenly spaced samples (a scrape interval) weigh the same, and
+    the figure is ``seconds x (1 - mean(busy) / full_scale)``; samples bunched together (the scrape path's readings at
+    every phase boundary) do not outweigh the rest. Summed over GPUs this is the window's idle GPU-seconds, summed
+    over rollout servers their idle server-seconds (docs/step-numbers.md: what a gauge sampled at an interval can and
+    cannot see). ``None`` without samples or without a window start; NaN when a sample is NaN.
     """
-    if window.seconds is None:
+    if window.seconds is None or window.start is None:
         return None
-    mean = gauge_statistic("mean", samples, window)
-    if mean is None:
+    inside = in_window(samples, window)
+    if not inside:
         return None
-    return window.seconds * (1.0 - mean / full_scale)
+    if any(math.isnan(v) for _, v in inside):
+        return math.nan
+    since = [window.start, *(t for t, _ in inside[:-1])]
+    until = [*(t for t, _ in inside[:-1]), window.end]
+    busy = math.fsum(
+        min(max(v, 0.0), full_scale) / full_scale * (b - a) for (_, v), a, b in zip(inside, since, until, strict=True)
+    )
+    return window.seconds - busy
 
 
 def gauge_statistic(
@@ -597,12 +608,57 @@ class GroupBound:
 
 
 def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> Metric:
-    """One Metric named after the query's key, a data point per (statistic, label group), times the query's scale."""
+    """One Metric named after the query's key, a data point per (statistic, label group), times the query's scale;
+    its description is the query's kind (:data:`~otel_bridge.schema.KINDS`; empty for ratios and raw PromQL)."""
+    kind = query.kind if query.ratio is None and query.promql is None and query.kind is not None else ""
     return gauge_metric(
         query.key_name,
         [({**dict(p.group), **({STAT_ATTRIBUTE: p.stat} if p.stat else {})}, p.value * query.scale) for p in points],
         window,
+        kind,
     )
+
+
+WindowValues = Sequence[tuple[float, float]]
+"""One statistic of one label group in several windows: ``(window seconds, value)`` in time order."""
+
+
+def _weighted(values: WindowValues) -> float | None:
+    seconds = math.fsum(s for s, _ in values)
+    return math.fsum(s * v for s, v in values) / seconds if seconds > 0 else None
+
+
+_ADDED: Final = {("counter", "delta"), ("gauge", IDLE_STAT), ("histogram", "count"), ("histogram", "sum")}
+_BY_SECONDS: Final = {("counter", "rate"), ("gauge", "mean")}
+
+
+def combine_windows(kind: str, stat: str | None, values: WindowValues) -> float | None:
+    """The statistic ``stat`` of a metric of ``kind`` over the union of several disjoint windows, from its value in
+    each window (those where it has one), or ``None`` when that is not known from them.
+
+    A counter's delta, a gauge's idle seconds and a histogram's count and sum add up; a gauge's max and min are the
+    largest and smallest, its last the last window's; a counter's rate and a gauge's mean are averaged weighted by the
+    windows' seconds (the rate exactly, the mean as the time average the samples stand for). A histogram's mean needs
+    its count (:func:`combine_histogram_means`); quantiles, ratios and raw PromQL do not combine from their values.
+    """
+    if not values or stat is None:
+        return None
+    if (kind, stat) in _ADDED:
+        return math.fsum(v for _, v in values)
+    if (kind, stat) in _BY_SECONDS:
+        return _weighted(values)
+    if kind == "gauge" and stat in ("max", "min"):
+        return AGGREGATIONS[stat]([v for _, v in values])
+    if kind == "gauge" and stat == "last":
+        return values[-1][1]
+    return None
+
+
+def combine_histogram_means(means: Sequence[float], counts: Sequence[float]) -> float | None:
+    """A histogram's mean over several windows from each window's mean and count (its observations); ``None``
+    without observations."""
+    total = math.fsum(counts)
+    return math.fsum(m * c for m, c in zip(means, counts, strict=True)) / total if total > 0 else None
 
 
 def missing_warning(
@@ -625,3 +681,41 @@ def missing_warning(
         why,
         fix,
     )
+
+
+def combine_window_metrics(occurrences: Sequence[tuple[float, Sequence[Metric]]], window: StepWindow) -> list[Metric]:
+    """The metrics of several disjoint windows (``(seconds, metrics)`` of each, in time order: the occurrences of a
+    phase repeated within a step) as the metrics of their union, stamped with ``window``: each point combined with
+    :func:`combine_windows` by the kind its metric's description names (:data:`~otel_bridge.schema.KINDS`), a
+    histogram's mean from its means and counts. Points that do not combine (quantiles, ratios, raw PromQL, a histogram
+    mean without its count) are left out."""
+    found: dict[str, tuple[str, dict[tuple[tuple[str, Any], ...], dict[int, tuple[float, float]]]]] = {}
+    for index, (seconds, metrics) in enumerate(occurrences):
+        for metric in metrics:
+            if not isinstance(metric.data, Gauge):
+                continue
+            points = found.setdefault(metric.name, (metric.description or "", {}))[1]
+            for point in metric.data.data_points:
+                attributes = tuple(sorted((point.attributes or {}).items()))
+                points.setdefault(attributes, {})[index] = (seconds, float(point.value))
+    combined: list[Metric] = []
+    for name, (kind, points) in found.items():
+        values: list[tuple[Mapping[str, Any], float]] = []
+        for attributes, by_window in points.items():
+            labels = dict(attributes)
+            stat = labels.get(STAT_ATTRIBUTE)
+            stat = stat if isinstance(stat, str) else None
+            if kind == "histogram" and stat == "mean":
+                counts = points.get(tuple(sorted({**labels, STAT_ATTRIBUTE: "count"}.items())), {})
+                if not all(i in counts for i in by_window):
+                    continue
+                value = combine_histogram_means(
+                    [by_window[i][1] for i in sorted(by_window)], [counts[i][1] for i in sorted(by_window)]
+                )
+            else:
+                value = combine_windows(kind, stat, [by_window[i] for i in sorted(by_window)])
+            if value is not None:
+                values.append((labels, value))
+        if values:
+            combined.append(gauge_metric(name, values, window, kind))
+    return combined

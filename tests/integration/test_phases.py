@@ -145,3 +145,88 @@ def test_phase_windows_count_the_traffic_inside_each_phase_on_the_promql_path(
         truths = [run_step(bridge, step, replicas, quiet, quiet) for step in range(2)]
     for step, truth in enumerate(truths):
         check(values(bridge, step), truth)
+
+
+REPEAT_METRICS: list[dict[str, Any]] = [
+    {"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta", "rate"]},
+    {"name": "vllm:kv_cache_usage_perc", "type": "gauge", "stats": ["max"]},
+    {"name": "vllm:time_to_first_token_seconds", "type": "histogram", "stats": ["count", "mean", "p50"]},
+    {
+        "name": "vllm:num_requests_running",
+        "type": "gauge",
+        "stats": ["idle_seconds"],
+        "agg": "sum",
+        "full_scale": 1,
+        "alias": "vllm:num_requests_running:servers",
+    },
+]
+IDLE = "rollout/vllm/num_requests_running/servers/idle_seconds"
+
+
+@pytest.mark.parametrize("repeats", ["sum", "each"])
+def test_a_phase_repeated_in_a_step_is_one_key_over_its_occurrences_or_one_key_each_on_request(
+    tmp_path: Path, replicas: list[Replica], repeats: str
+) -> None:
+    """Issue 39: verl's fully asynchronous trainer waits for samples once per local update, several times per logged
+    step. By default the step's record has one ``phase/gen/...`` key per figure, over all the occurrences: tokens
+    added, the KV cache's max the largest, the TTFT count and mean those of all requests, the idle server-seconds
+    added (replica 1 never runs a request: it is idle for every second of every ``gen``). A quantile is not known
+    from the occurrences' quantiles: it is in the per-occurrence keys only."""
+    config = {
+        "metrics": REPEAT_METRICS,
+        "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": 0.05},
+        "run": {"name": f"repeats-{repeats}", "dir": str(tmp_path)},
+        "naming": {"phase_repeats": repeats},
+    }
+
+    def settle() -> None:
+        counts = [replica.scrapes for replica in replicas]
+        for replica, count in zip(replicas, counts, strict=True):
+            replica.wait_for_scrapes(count + 3)
+
+    occurrences = [(30, 0.5, 0.03), (12, 0.25, 0.3)]  # tokens, KV cache use, TTFT of each gen's one request
+    with Bridge.from_config(config) as bridge:
+        bridge.log({"x": 0.0}, step=0)
+        settle()
+        for tokens, kv, ttft in occurrences:
+            replicas[0].sim.set_running(1)
+            settle()
+            with bridge.phase("gen"):
+                settle()
+                replicas[0].sim.complete_request(
+                    prompt_tokens=4, generation_tokens=tokens, ttft_s=ttft, e2e_s=ttft + 0.1, queue_s=0.0, itl_s=0.001
+                )
+                replicas[0].sim.set_kv_cache_usage(kv)
+                settle()
+            settle()
+            replicas[0].sim.set_running(0)
+            replicas[0].sim.set_kv_cache_usage(0.0)
+            with bridge.phase("update_actor"):
+                settle()
+            settle()
+        bridge.log({"x": 1.0}, step=1)
+    record = bridge.record(1)
+    assert record is not None
+    values = record.values
+    gen = [k for k in values if k.startswith("phase/gen") and k.endswith("/seconds")]
+    if repeats == "each":
+        assert sorted(gen) == ["phase/gen/seconds", "phase/gen_2/seconds"]
+        for key, (tokens, kv, _) in zip(("gen", "gen_2"), occurrences, strict=True):
+            assert values[f"phase/{key}/{TOKENS}"] == tokens
+            assert values[f"phase/{key}/{KV_MAX}"] == kv
+            assert values[f"phase/{key}/{TTFT_COUNT}"] == 1
+            assert values[f"phase/{key}/{TTFT_P50}"] > 0
+            assert values[f"phase/{key}/{IDLE}"] == pytest.approx(values[f"phase/{key}/seconds"])
+        return
+    assert gen == ["phase/gen/seconds"]
+    seconds = values["phase/gen/seconds"]
+    assert values[f"phase/gen/{TOKENS}"] == 42
+    assert values[f"phase/gen/{TOKENS.replace('delta', 'rate')}"] == pytest.approx(42 / seconds)
+    assert values[f"phase/gen/{KV_MAX}"] == 0.5
+    assert values[f"phase/gen/{TTFT_COUNT}"] == 2
+    assert values["phase/gen/rollout/vllm/time_to_first_token_seconds/mean"] == pytest.approx((0.03 + 0.3) / 2)
+    assert f"phase/gen/{TTFT_P50}" not in values
+    assert values[f"phase/gen/{IDLE}"] == pytest.approx(seconds)  # replica 0 ran a request all along, replica 1 none
+    assert values[f"phase/update_actor/{TOKENS}"] == 0
+    assert values[f"phase/update_actor/{IDLE}"] == pytest.approx(2 * values["phase/update_actor/seconds"])
+    assert values[TOKENS] == 42

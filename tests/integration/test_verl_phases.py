@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,41 @@ def test_each_of_verls_step_parts_becomes_a_phase(tmp_path: Path) -> None:
     assert record is not None
     assert sorted(k for k in record.values if k.startswith("phase/")) == sorted(f"phase/{n}/seconds" for n in parts)
     assert "ref" in parts
+
+
+def test_an_asynchronous_trainers_gen_is_waiting_for_rollouts(tmp_path: Path) -> None:
+    """Issue 39: in verl's asynchronous trainers ``gen`` is the trainer waiting for samples the rollout side generated
+    meanwhile (``FullyAsyncTrainer._fit_generate`` around its queue read): it is the phase ``wait_for_rollouts``, so a
+    user tells it from the synchronous trainers' ``gen``, which generates. verl's own ``timing_s/gen`` is unchanged."""
+    import asyncio
+    from types import SimpleNamespace
+
+    fully_async = importlib.import_module("verl.experimental.fully_async_policy.fully_async_trainer")
+    # verl's own class, under its @ray.remote
+    trainer_class = fully_async.FullyAsyncTrainer.__ray_metadata__.modified_class.__bases__[0]
+    restore = patch_verl({"run": {"dir": str(tmp_path)}})
+    try:
+        from verl.utils.tracking import Tracking
+
+        logger = Tracking(project_name="p", experiment_name="async", default_backend=["console"], config={})
+
+        async def samples() -> tuple[int, Any]:
+            await asyncio.sleep(0.2)  # the rollouter has not produced enough yet
+            return 0, SimpleNamespace(meta_info={})
+
+        trainer = SimpleNamespace(
+            metrics={}, timing_raw={}, _get_samples_from_queue=samples,
+            _collect_metrics_from_samples=lambda batch, metrics: None,
+            config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0))),
+        )  # fmt: skip
+        asyncio.run(trainer_class._fit_generate(trainer))  # verl's own code, its own marked_timer("gen", ...)
+        logger.log(data={f"timing_s/{k}": v for k, v in trainer.timing_raw.items()}, step=1)
+        logger.finish()
+    finally:
+        restore()
+    record = logger.bridge.record(1)
+    assert record is not None
+    assert record.values["timing_s/gen"] >= 0.2
+    phases = sorted(k for k in record.values if k.startswith("phase/") and k not in STEP_LEVEL_PHASE_KEYS)
+    assert phases == ["phase/wait_for_rollouts/seconds"]
+    assert record.values["phase/wait_for_rollouts/seconds"] == pytest.approx(record.values["timing_s/gen"], abs=0.05)

@@ -421,14 +421,24 @@ def test_vllm_preset_expands_to_the_documented_keys() -> None:
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
         "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_running:servers",
+        "vllm:engine_sleep_state",
         "vllm:prefix_cache_hit_rate",
         "vllm:time_to_first_token_seconds",
         "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds",
         "vllm:request_queue_time_seconds",
     ]
-    assert all(q.by == ("model_name",) for q in queries)
     by_key = {q.key_name: q for q in queries}
+    assert by_key["vllm:engine_sleep_state"].by == ("sleep_state", "model_name")  # the entry's own labels first
+    assert all(q.by == ("model_name",) for q in queries if q.key_name != "vllm:engine_sleep_state")
+    idle = by_key["vllm:num_requests_running:servers"]  # idle server-seconds
+    assert (idle.name, idle.stats, idle.agg, idle.full_scale) == (
+        "vllm:num_requests_running",
+        ("idle_seconds",),
+        "sum",
+        1,
+    )
     assert by_key["vllm:generation_tokens_total"].stats == ("delta", "rate")
     assert by_key["vllm:kv_cache_usage_perc"].kind == "gauge"
     assert by_key["vllm:kv_cache_usage_perc"].agg == "max"
@@ -456,7 +466,7 @@ def test_preset_entries_do_not_use_deprecated_names() -> None:
 
     names = {e.get("name") for entries in PRESETS.values() for e in entries}
     assert not names & set(DEPRECATED)
-    assert len(VLLM) == 12
+    assert len(VLLM) == 14
 
 
 def test_preset_agg_is_applied_or_rejected() -> None:

@@ -3,6 +3,8 @@ tokens per joule as a ratio of two deltas, the same numbers from the scrape path
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from otel_bridge.config import BridgeConfig, MetricConfig
@@ -187,3 +189,37 @@ def test_roles_name_real_labels() -> None:
         BridgeConfig.from_dict({"prometheus": {"url": "http://127.0.0.1:9090"}, "roles": {"rollout": [{}]}})
     assert "roles" in str(info.value)
     assert "label set" in str(info.value)
+
+
+def test_a_request_count_with_full_scale_1_is_idle_for_the_share_of_its_samples_at_zero() -> None:
+    """Issue 39: a rollout server is busy while it runs at least one request; ``vllm:num_requests_running`` with
+    ``full_scale: 1`` gives the seconds it ran none (a sample of 7 running requests is as busy as one of 1)."""
+    running = replace(
+        UTIL, key_name="vllm:num_requests_running:servers", name="vllm:num_requests_running", full_scale=1
+    )
+    # in-window samples 7, 0, 3, 0, 0 -> 3 of 5 at zero -> 6 of the 10 seconds idle (the 0 at t=1000 is outside)
+    busy = [(1000.0, 0.0), (1002.0, 7.0), (1004.0, 0.0), (1006.0, 3.0), (1008.0, 0.0), (1010.0, 0.0)]
+    assert idle_seconds(busy, WINDOW, 1.0) == pytest.approx(6.0)
+    idle = [(1000.0 + 2 * i, 0.0) for i in range(6)]
+    points = compute_stats(
+        running,
+        [
+            RawSeries("vllm:num_requests_running", {"instance": "a"}, busy),
+            RawSeries("vllm:num_requests_running", {"instance": "b"}, idle),
+        ],
+        WINDOW,
+    )
+    assert points is not None
+    assert [p.value for p in points] == [pytest.approx(16.0)]  # server-seconds: 6 + 10
+    # a utilization above its full scale (a rounding exporter) is fully busy, never negative idle time
+    assert idle_seconds([(1002.0, 104.0), (1004.0, 100.0)], WINDOW, 100.0) == 0.0
+
+
+def test_each_sample_stands_for_the_time_since_the_previous_one() -> None:
+    """Issue 39: the scrape path reads at every phase boundary, so a busy stretch full of short phases has many
+    samples and an idle one (a weight sync) few: a plain mean of the samples would let the busy stretch outweigh the
+    idle one. 1.3 s busy (four samples), then 8.7 s idle (one sample): 8.7 idle seconds, not 10 x 1/5 = 2."""
+    bunched = [(1001.0, 1.0), (1001.1, 1.0), (1001.2, 1.0), (1001.3, 1.0), (1010.0, 0.0)]
+    assert idle_seconds(bunched, WINDOW, 1.0) == pytest.approx(8.7)
+    # the last sample also stands for the time up to the window's end
+    assert idle_seconds([(1002.0, 0.0), (1004.0, 1.0)], WINDOW, 1.0) == pytest.approx(2.0)

@@ -464,3 +464,32 @@ def test_module_runs_as_a_separate_process_printing_one_line() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_sleep_and_wake_up_over_vllms_dev_api_set_the_engine_sleep_state_as_vllm_does() -> None:
+    """Issue 39: ``vllm:engine_sleep_state{sleep_state}`` (vllm/v1/metrics/loggers.py ``record_sleep_state``): awake 1
+    while awake; asleep, awake 0 and weights_offloaded (level 1) or discard_all (level 2) 1; driven through vLLM's
+    ``POST /sleep?level=N``, ``POST /wake_up`` and ``GET /is_sleeping``."""
+    with VLLMServer(VLLMSimulator(model_name="tiny")) as server:
+        base = server.url.removesuffix("/metrics")
+
+        def states() -> dict[str, float]:
+            families = parse_exposition(requests.get(server.url, timeout=10).text)
+            names = ("awake", "weights_offloaded", "discard_all")
+            return {s: series(families, "vllm:engine_sleep_state", sleep_state=s) for s in names}
+
+        assert states() == {"awake": 1, "weights_offloaded": 0, "discard_all": 0}
+        assert requests.get(f"{base}/is_sleeping", timeout=10).json() == {"is_sleeping": False}
+        assert requests.post(f"{base}/sleep?level=1", timeout=10).status_code == 200
+        assert states() == {"awake": 0, "weights_offloaded": 1, "discard_all": 0}
+        assert requests.get(f"{base}/is_sleeping", timeout=10).json() == {"is_sleeping": True}
+        assert requests.post(f"{base}/sleep?level=2", timeout=10).status_code == 200
+        assert states() == {"awake": 0, "weights_offloaded": 0, "discard_all": 1}
+        assert requests.post(f"{base}/sleep?level=3", timeout=10).status_code == 400
+        assert requests.post(f"{base}/wake_up", timeout=10).status_code == 200
+        assert states() == {"awake": 1, "weights_offloaded": 0, "discard_all": 0}
+        assert server.sim.sleeping is False
+        server.sim.sleep()
+        server.sim.restart()  # a new process starts awake
+        assert server.sim.sleeping is False
+        assert states()["awake"] == 1

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from otel_bridge.tools.simulation.gpus import GPUFleet, GPUTruth
     from otel_bridge.tools.simulation.http import MetricsHTTPServer
     from otel_bridge.tools.simulation.vllm import (
+        EngineAsleepError,
         SimulatedWorkload,
         VLLMFamilySpec,
         VLLMServer,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "EngineAsleepError",
     "GPUFleet",
     "GPUTruth",
     "MetricsHTTPServer",
@@ -32,6 +34,7 @@ __all__ = [
 ]
 
 _MODULES = {
+    "EngineAsleepError": "otel_bridge.tools.simulation.vllm",
     "GPUFleet": "otel_bridge.tools.simulation.gpus",
     "GPUTruth": "otel_bridge.tools.simulation.gpus",
     "MetricsHTTPServer": "otel_bridge.tools.simulation.http",

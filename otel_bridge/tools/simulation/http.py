@@ -1,11 +1,13 @@
-"""A tiny ``/metrics`` HTTP server on a background thread, serving whatever a callable renders."""
+"""A tiny ``/metrics`` HTTP server on a background thread, serving whatever a callable renders, plus the few other
+routes a simulated server answers (vLLM's ``POST /sleep``...)."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import threading
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
@@ -14,14 +16,19 @@ _log = logging.getLogger(__name__)
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _POLL_INTERVAL_S: Final = 0.05  # how often serve_forever checks for shutdown: bounds stop() latency
+Route = Callable[[Mapping[str, str]], tuple[int, bytes]]
+"""A route's handler: the request's query parameters -> (status, JSON body)."""
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], render: Callable[[], bytes]) -> None:
+    def __init__(
+        self, address: tuple[str, int], render: Callable[[], bytes], routes: Mapping[tuple[str, str], Route]
+    ) -> None:
         super().__init__(address, _Handler)
         self.render = render
+        self.routes = routes
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up before the answer (a scrape that timed out, a scraper that exited) is routine for a
@@ -36,6 +43,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
+        if self._route("GET"):
+            return
         if self.path.split("?", 1)[0] != "/metrics":
             self._send(404, b"not found: this server only serves /metrics\n", "text/plain; charset=utf-8")
             return
@@ -46,6 +55,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(500, b"rendering /metrics failed\n", "text/plain; charset=utf-8")
             return
         self._send(200, body, CONTENT_TYPE)
+
+    def do_POST(self) -> None:
+        if not self._route("POST"):
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+    def _route(self, method: str) -> bool:
+        path, _, query = self.path.partition("?")
+        route = self.server.routes.get((method, path))
+        if route is None:
+            return False
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        params = {name: values[-1] for name, values in urllib.parse.parse_qs(query).items()}
+        status, body = route(params)
+        self._send(status, body, "application/json")
+        return True
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -59,15 +85,23 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsHTTPServer:
-    """Serves ``render()`` at ``GET /metrics`` (404 elsewhere) from a daemon thread.
+    """Serves ``render()`` at ``GET /metrics``, and each of ``routes`` (``(method, path) ->`` :data:`Route`), from a
+    daemon thread (404 elsewhere).
 
     ``port=0`` picks a free port; :attr:`url` tells which. Use as a context manager, or call :meth:`start` and
     :meth:`stop` (prompt: it returns once the serving thread has exited and the socket is closed). After
     :meth:`stop`, :meth:`start` serves again on the same port, which simulates an endpoint going down and up.
     """
 
-    def __init__(self, render: Callable[[], bytes], host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        render: Callable[[], bytes],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        routes: Mapping[tuple[str, str], Route] | None = None,
+    ) -> None:
         self._render = render
+        self._routes = dict(routes or {})
         self._host = host
         self._port = port
         self._server: _Server | None = None
@@ -87,7 +121,7 @@ class MetricsHTTPServer:
         """Bind and start serving; returns ``self``. Raises ``OSError`` if the port cannot be bound."""
         if self._server is not None:
             raise RuntimeError(f"MetricsHTTPServer at {self.url} is already started; call stop() first")
-        server = _Server((self._host, self._port), self._render)
+        server = _Server((self._host, self._port), self._render, self._routes)
         thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": _POLL_INTERVAL_S},

@@ -64,6 +64,10 @@ FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
 _VARIABLE_LABELS: Final = ("engine", "model_name")
 
 
+class EngineAsleepError(RuntimeError):
+    """A request was run or completed on a simulated engine that sleeps (:meth:`VLLMSimulator.sleep`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class VLLMFamilySpec:
     """One ``vllm:`` family as vLLM 0.32 exposes it.
@@ -175,6 +179,7 @@ class VLLMSimulator:
         self.engine = engine
         self._lock = threading.Lock()
         self._instruments = _Instruments(model_name, engine)
+        self._asleep = False
 
     def complete_request(
         self,
@@ -206,6 +211,7 @@ class VLLMSimulator:
         decode_s = math.fsum(itls)
         prefill_s = max(ttft_s - queue_s, 0.0)
         with self._lock:
+            self._check_awake("complete a request")
             m = self._instruments
             m.child("vllm:prompt_tokens_total").inc(prompt_tokens)
             m.child("vllm:prompt_tokens_by_source_total", source="local_compute").inc(computed_tokens)
@@ -267,9 +273,17 @@ class VLLMSimulator:
         return itls
 
     def set_running(self, n: int) -> None:
-        """Set ``vllm:num_requests_running``."""
+        """Set ``vllm:num_requests_running``; :class:`EngineAsleepError` for ``n > 0`` while the engine sleeps."""
         with self._lock:
+            if n > 0:
+                self._check_awake("run requests")
             self._instruments.child("vllm:num_requests_running").set(n)
+
+    def _check_awake(self, what: str) -> None:
+        if self._asleep:
+            raise EngineAsleepError(
+                f"engine {self.engine} of {self.model_name} sleeps: it cannot {what}; wake_up() first"
+            )
 
     def set_waiting(self, n: int) -> None:
         """Set ``vllm:num_requests_waiting`` (all waiting for capacity, as in ``num_requests_waiting_by_reason``)."""
@@ -284,6 +298,36 @@ class VLLMSimulator:
             raise ValueError(f"KV-cache usage is a fraction in [0, 1], got {frac}")
         with self._lock:
             self._instruments.child("vllm:kv_cache_usage_perc").set(frac)
+
+    def sleep(self, level: int = 1) -> None:
+        """Put the engine to sleep as vLLM's ``/sleep?level=N`` does, in ``vllm:engine_sleep_state`` (vLLM's
+        ``record_sleep_state``): ``awake`` 0, ``weights_offloaded`` 1 at level 1 (weights offloaded to CPU),
+        ``discard_all`` 1 at level 2 (weights and KV cache discarded). A sleeping engine runs no request (vLLM answers
+        503 to generation requests): ``vllm:num_requests_running`` is 0 until :meth:`wake_up`, and running or
+        completing requests raises :class:`EngineAsleepError`."""
+        if level not in (1, 2):
+            raise ValueError(f"vLLM's sleep levels are 1 and 2, got {level}")
+        with self._lock:
+            self._asleep = True
+            self._instruments.child("vllm:num_requests_running").set(0)
+        self._set_sleep_state(awake=0, weights_offloaded=int(level == 1), discard_all=int(level == 2))
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether the engine sleeps (:meth:`sleep` without a :meth:`wake_up` since)."""
+        with self._lock:
+            return self._asleep
+
+    def wake_up(self) -> None:
+        """Wake the engine up as vLLM's ``/wake_up`` does: ``awake`` 1, the other sleep states 0."""
+        self._set_sleep_state(awake=1, weights_offloaded=0, discard_all=0)
+        with self._lock:
+            self._asleep = False
+
+    def _set_sleep_state(self, **states: int) -> None:
+        with self._lock:
+            for state, value in states.items():
+                self._instruments.child("vllm:engine_sleep_state", sleep_state=state).set(value)
 
     def preempt(self, n: int = 1) -> None:
         """Count ``n`` preemptions in ``vllm:num_preemptions_total``."""
@@ -304,6 +348,7 @@ class VLLMSimulator:
         instruments = _Instruments(self.model_name, self.engine)
         with self._lock:
             self._instruments = instruments
+            self._asleep = False  # a new process starts awake
         _log.debug("simulated vLLM engine %s of %s restarted", self.engine, self.model_name)
 
     def exposition(self) -> bytes:
@@ -386,7 +431,14 @@ class SimulatedWorkload:
                 return
 
     def step(self) -> None:
-        """One tick: one finished request and fresh gauge values (also callable directly, without the thread)."""
+        """One tick: one finished request and fresh gauge values (also callable directly, without the thread); nothing
+        while the engine sleeps."""
+        try:
+            self._tick()
+        except EngineAsleepError:
+            return
+
+    def _tick(self) -> None:
         rng = self._rng
         prompt = rng.randint(8, 160)
         cached = rng.randrange(0, prompt + 1, 16) if rng.random() < 0.6 else 0
@@ -435,10 +487,32 @@ class VLLMServer:
     ) -> None:
         self.sim = sim if sim is not None else VLLMSimulator()
         self._on_render = on_render
-        self.http = MetricsHTTPServer(self._render, host=host, port=port)
+        routes = {
+            ("POST", "/sleep"): self._sleep,
+            ("POST", "/wake_up"): self._wake_up,
+            ("GET", "/is_sleeping"): self._is_sleeping,
+        }
+        self.http = MetricsHTTPServer(self._render, host=host, port=port, routes=routes)
         """The port alone: stopping it while the process keeps counting is a network partition, not a restart."""
         self._lock = threading.Lock()
         self._up = False
+
+    def _sleep(self, params: Mapping[str, str]) -> tuple[int, bytes]:
+        """vLLM's ``POST /sleep?level=N`` (its dev-mode API, ``VLLM_SERVER_DEV_MODE=1``; level 1 by default)."""
+        try:
+            self.sim.sleep(int(params.get("level", "1")))
+        except ValueError as err:
+            return 400, json.dumps({"error": str(err)}).encode()
+        return 200, b"{}"
+
+    def _wake_up(self, params: Mapping[str, str]) -> tuple[int, bytes]:
+        """vLLM's ``POST /wake_up``."""
+        self.sim.wake_up()
+        return 200, b"{}"
+
+    def _is_sleeping(self, params: Mapping[str, str]) -> tuple[int, bytes]:
+        """vLLM's ``GET /is_sleeping``: ``{"is_sleeping": bool}``."""
+        return 200, json.dumps({"is_sleeping": self.sim.sleeping}).encode()
 
     def _render(self) -> bytes:
         body = self.sim.exposition()

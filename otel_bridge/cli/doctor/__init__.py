@@ -46,8 +46,8 @@ from otel_bridge.cli.doctor.prometheus import (
     check_prometheus_targets,
     check_query_plan,
 )
-from otel_bridge.cli.inputs import check_url, printable
-from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
+from otel_bridge.cli.inputs import check_url
+from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, one_line, use_colour
 from otel_bridge.prometheus.exposition import ExpositionFamily
 
 __all__ = [
@@ -123,7 +123,7 @@ def render_table(checks: Sequence[Check], stream: TextIO, width: int | None = No
         text += "\n\nto fix:"
         for check in problems:
             name = colour(check.name, STATUS_COLOURS[check.status], coloured)
-            text += f"\n  {name}: {printable(check.detail)}\n    fix: {printable(check.fix or '')}"
+            text += f"\n  {name}: {one_line(check.detail)}\n    fix: {one_line(check.fix or '')}"
     failed = sum(c.status == "fail" for c in checks)
     warned = sum(c.status == "warn" for c in checks)
     if failed:
@@ -141,7 +141,7 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def _cut(text: str, limit: int | None) -> str:
-    text = printable(" ".join(text.split()))
+    text = one_line(text)
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge import Bridge, ConfigError
-from otel_bridge.errors import StepOrderError
+from otel_bridge.errors import StepOrderError, install_hint
 from otel_bridge.exporters.backends.registry import BACKENDS
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import FIRST_STEP_NOTE
@@ -127,7 +128,7 @@ def test_verl_example_records_in_jsonl_tensorboard_and_hparams(tmp_path: Path) -
 
     run_dir = main(tmp_path, STEPS)
 
-    assert run_dir == tmp_path / "verl-ppo"
+    assert run_dir == tmp_path / "otel-bridge-examples" / "verl-ppo"  # <run.dir>/<project>/<experiment>
     lines = read_jsonl(run_dir / "metrics.jsonl")
     check_records(lines, list(range(STEPS + 1)), ["actor/pg_loss", "critic/score/mean", "timing_s/gen"])
     assert lines[0]["val-core/gsm8k/reward/mean@1"] == 0.1, "verl's validation before training is step 0"
@@ -202,7 +203,7 @@ def test_verl_run_naming_and_explicit_trackers(monkeypatch: pytest.MonkeyPatch, 
         t.log({"actor/loss": 1.0, "table": "not a number"}, step=1)
         assert t.bridge.collect(1)["actor/loss"] == 1.0
     with Tracking("p", "e", "jsonl", bridge_config={"run": {"name": "mine", "dir": str(tmp_path / "d")}}) as t:
-        assert t.run_dir == tmp_path / "d" / "mine"
+        assert t.run_dir == tmp_path / "d" / "p" / "mine"  # the project's directory with or without a file
 
 
 def test_verl_on_a_non_delivering_rank_writes_nothing(tmp_path: Path) -> None:
@@ -309,7 +310,7 @@ def test_an_integration_without_its_framework_names_the_extra(
 ) -> None:
     monkeypatch.delitem(sys.modules, f"otel_bridge.integrations.{module}", raising=False)
     monkeypatch.setitem(sys.modules, framework, None)  # what `import framework` sees when it is not installed
-    with pytest.raises(ConfigError, match=rf"pip install 'otel-bridge\[{extra}\]'"):
+    with pytest.raises(ConfigError, match=re.escape(install_hint(extra))):
         importlib.import_module(f"otel_bridge.integrations.{module}")
 
 

@@ -7,8 +7,9 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
 3. ``prometheus``: Prometheus answers, and its version (PromQL path).
 4. ``prometheus targets``: every scrape target of Prometheus is ``up`` (after its first scrape of each, when it has
    just started).
-   ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run in ``run.dir``: a
-   warning when samples may bound steps that are shorter than two scrape intervals.
+   ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run of this config in
+   ``run.dir`` (:func:`~otel_bridge.pipeline.run_dir.runs_of`): a warning when samples may bound steps that are
+   shorter than two scrape intervals (under ``prometheus.boundary: auto``, settled by the ``step`` check).
 5. ``endpoint <url>``: every rollout ``/metrics`` endpoint answers (scrape path).
 6. ``step``: the producer a run builds from the same config starts (the run's start-up check) and reads one step's
    window with the run's own queries, so doctor cannot pass where a run fails to start or misses a metric.

@@ -155,7 +155,7 @@ def test_verl_two_logs_for_one_step_make_one_record(tmp_path: Path) -> None:
         with pytest.raises(StepOrderError, match="steps must increase"):
             tracking.log({"actor/loss": 0.6}, step=1)
         tracking.log({"val-core/acc": 0.6}, step=2)
-    lines = read_jsonl(tmp_path / "two" / "metrics.jsonl")
+    lines = read_jsonl(tmp_path / "p" / "two" / "metrics.jsonl")  # <run.dir>/<project>/<run.name>
     assert [line["step"] for line in lines] == [0, 1, 2]
     assert {k: v for k, v in lines[1].items() if not k.startswith(("otel_bridge/", "time", "window"))} == {
         "step": 1,
@@ -168,7 +168,7 @@ def test_verl_two_logs_for_one_step_make_one_record(tmp_path: Path) -> None:
     assert lines[1]["time"] <= between, "the window ends at the step's first log(), later ones only add values"
     assert lines[2]["window_start"] == lines[1]["time"]
     assert (lines[2]["actor/loss"], lines[2]["val-core/acc"]) == (0.7, 0.6)
-    check_tensorboard(tmp_path / "two" / "tensorboard", lines, ["actor/loss", "critic/score", "val-core/acc"])
+    check_tensorboard(tmp_path / "p" / "two" / "tensorboard", lines, ["actor/loss", "critic/score", "val-core/acc"])
 
 
 def test_verl_backend_names_map_to_trackers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ def test_verl_on_a_non_delivering_rank_writes_nothing(tmp_path: Path) -> None:
         assert not tracking.bridge.delivers
         assert tracking.logger == {}
         tracking.log({"actor/loss": 1.0}, step=1)
-    assert not (tmp_path / "e").exists()
+    assert not (tmp_path / "p").exists()
 
 
 def test_patch_verl_replaces_tracking_until_restored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_patch_verl_replaces_tracking_until_restored(monkeypatch: pytest.MonkeyP
     finally:
         restore()
     assert fake.Tracking is VerlTracking
-    assert [line["actor/loss"] for line in read_jsonl(tmp_path / "e" / "metrics.jsonl")] == [0.5]
+    assert [line["actor/loss"] for line in read_jsonl(tmp_path / "p" / "e" / "metrics.jsonl")] == [0.5]
     with pytest.raises(ConfigError, match="needs verl"):
         patch_verl(module="no_such_module_for_otel_bridge")
 

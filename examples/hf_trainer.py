@@ -7,7 +7,7 @@ in code, the data random and in memory, and each optimizer step first waits a li
 generated (inside the step's window, which runs from ``on_step_begin`` to ``on_step_end``). The model is evaluated at
 the last step; ``eval/loss`` joins that step's record.
 
-    pip install 'otel-bridge[huggingface,tensorboard]'
+    pip install './otel-bridge[huggingface,tensorboard]'   # the path of the clone
     python examples/hf_trainer.py --steps 5 --out runs
 
 writes ``runs/hf-trainer/metrics.jsonl`` and ``runs/hf-trainer/tensorboard/``.

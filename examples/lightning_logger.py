@@ -3,7 +3,7 @@
 (``rollout/vllm/...``). The epoch's mean loss (``train/epoch_loss``, logged with ``on_epoch=True``) reaches the logger
 after the epoch's last batch, at that batch's step: it joins that step's record.
 
-    pip install 'otel-bridge[lightning,tensorboard]'
+    pip install './otel-bridge[lightning,tensorboard]'   # the path of the clone
     python examples/lightning_logger.py --steps 5 --out runs
 
 writes ``runs/lightning/metrics.jsonl``, ``runs/lightning/tensorboard/`` and ``runs/lightning/hparams.json``.

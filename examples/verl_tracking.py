@@ -8,7 +8,8 @@ background workload.
 
     python examples/verl_tracking.py --steps 10 --out runs
 
-writes ``runs/verl-ppo/metrics.jsonl`` and ``runs/verl-ppo/tensorboard/`` and prints each record on the console.
+writes ``runs/otel-bridge-examples/verl-ppo/metrics.jsonl`` and ``.../tensorboard/``
+(``<run.dir>/<project>/<experiment>``; a re-run writes ``verl-ppo-2``) and prints each record on the console.
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -65,6 +64,7 @@ from otel_bridge.pipeline.phases import PhaseLog
 from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.pipeline.record_store import RecordStore
 from otel_bridge.pipeline.step_job import StepJob
+from otel_bridge.pipeline.run_dir import default_run_name, own_run_dir
 from otel_bridge.pipeline.tracing import build_step_tracer
 from otel_bridge.pipeline.trainer_values import check_keys, check_step, trainer_numbers
 from otel_bridge.pipeline.worker import DeliveryWorker, StepQueue, ranges, run_within
@@ -95,7 +95,6 @@ class Bridge:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
-        self.run_dir = config.run.dir / (config.run.name or datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S"))
         self.health = Health()
         self._watchers: list[TargetWatcher] = []
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
@@ -104,6 +103,10 @@ class Bridge:
         delivery = config.delivery
         self.rank = process_rank(config)
         self.delivers = self.rank == delivery.rank
+        # the delivering rank writes into a directory of its own (a re-run never appends to an earlier run's files)
+        self.run_dir = (
+            own_run_dir(config.run) if self.delivers else config.run.dir / (config.run.name or default_run_name())
+        )
         self._records = RecordStore()
         check_meter_provider(meter_provider)
         try:

@@ -35,6 +35,31 @@ _URL_USERINFO = re.compile(
 )
 
 
+def install_hint(extras: str) -> str:
+    """The one line that installs otel-bridge's ``extras`` (``wandb``, ``ray,tensorboard``) into this environment,
+    as the README's Install section says: from the clone this package came from
+    (``pip install '/home/me/otel-bridge[wandb]'``), found through pip's record of the install (``direct_url.json``)
+    or, when it runs from a clone's source tree, that tree; otherwise ``<your otel-bridge clone>`` stands for it."""
+    return f"pip install '{_clone_path()}[{extras}]'"
+
+
+def _clone_path() -> str:
+    import importlib.metadata
+    import json
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    source = Path(__file__).resolve().parents[1]
+    if (source / "pyproject.toml").is_file():  # run from a clone's tree (or installed editable from it)
+        return str(source)
+    try:
+        recorded = importlib.metadata.distribution("otel-bridge").read_text("direct_url.json")
+        url = urlparse(str(json.loads(recorded or "{}").get("url", "")))
+    except (importlib.metadata.PackageNotFoundError, ValueError, AttributeError):
+        url = urlparse("")
+    return unquote(url.path) if url.scheme == "file" and url.path else "<your otel-bridge clone>"
+
+
 def redact_url_credentials(text: str) -> str:
     """``text`` with the user information of every URL in it replaced (``http://xxxxx@host``, ``user:xxxxx@host``),
     however the URL is mistyped: a password may hold ``/`` or ``@``, and a token may stand alone before the ``@``."""

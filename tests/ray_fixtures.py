@@ -85,7 +85,7 @@ def _sd_lists(path: Path, target: str) -> bool:
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
     """A one-CPU local Ray cluster with the dashboard, private temp dir and ports; shut down at session end."""
-    ray = pytest.importorskip("ray", reason="needs ray[default]: pip install 'otel-bridge[ray]'")
+    ray = pytest.importorskip("ray", reason="needs ray[default]: the ray extra")
     if ray.is_initialized():
         raise RuntimeError("Ray is already initialised in the test process; the session fixture must start it")
     temp_dir = Path(tempfile.mkdtemp(prefix="otb-ray-", dir="/tmp"))  # short: Unix socket paths live under it

@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from otel_bridge import __version__
 from otel_bridge.cli.demo import TABLE_KEYS, format_table
@@ -36,9 +36,17 @@ QUIET_HELP = "only print errors (and the result of the command)"
 Command = Callable[[argparse.Namespace, TextIO], int]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the one line every error is (``otel-bridge: <what to change>``), with the
+    command's ``--help`` to read, not the whole usage first; its sub-command parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, error_line(f"{message}; see {self.prog} --help") + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="otel-bridge",
         description="RL-training infrastructure and trainer metrics into experiment trackers, one record per step.",
     )

@@ -1,8 +1,8 @@
 """Which config file a command reads: ``--config``, else ``$OTEL_BRIDGE_CONFIG``, else ``./otel-bridge.yaml`` (what
 ``otel-bridge init`` writes) when it exists, else none (defaults plus ``OTEL_BRIDGE__...`` environment overrides).
 
-The commands that read a config (``doctor``, ``query``, ``tail``) say which file they found (``doctor`` in its
-``config`` check).
+Every command that reads a config (``doctor``, ``query``, ``tail``, ``discover``, ``prometheus-rules``) finds it this
+way and says which file it found (``doctor`` in its ``config`` check, the others on stderr).
 """
 
 from __future__ import annotations
@@ -58,10 +58,15 @@ def choose_config(
     )
 
 
-def load_chosen_config(args: argparse.Namespace) -> BridgeConfig:
-    """The config of a command (``args.config``, else as :func:`choose_config` finds it), loaded; a file found without
+def announce_config(args: argparse.Namespace) -> ConfigChoice:
+    """The config file of a command (``args.config``, else as :func:`choose_config` finds it); a file found without
     ``--config`` is named on stderr unless ``--quiet``."""
     choice = choose_config(args.config)
     if choice.path is not None and args.config is None and not getattr(args, "quiet", False):
         sys.stderr.write(f"otel-bridge: {choice.describe()}\n")
-    return BridgeConfig.load(choice.path)
+    return choice
+
+
+def load_chosen_config(args: argparse.Namespace) -> BridgeConfig:
+    """The config of a command (:func:`announce_config`), loaded."""
+    return BridgeConfig.load(announce_config(args).path)

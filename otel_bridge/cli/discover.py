@@ -11,6 +11,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from otel_bridge.cli.config_file import CONFIG_HELP, announce_config
+
 
 def add_parser(commands: Any) -> None:
     """Register ``discover`` on the sub-command parsers ``commands``."""
@@ -20,7 +22,7 @@ def add_parser(commands: Any) -> None:
         description="Run the resolver chain (config, OTEL_BRIDGE_PROMETHEUS_URL, RAY_PROMETHEUS_HOST, Ray head) and "
         "print what it finds and how.",
     )
-    discover.add_argument("--config", type=Path, help="otel-bridge config file")
+    discover.add_argument("--config", type=Path, help=CONFIG_HELP)
     discover.add_argument("--ray-address", help="connect to this Ray cluster first (ray.init(address=...))")
     discover.set_defaults(run=run)
 
@@ -51,13 +53,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from otel_bridge.discovery import ray_service_discovery_targets, resolve_prometheus_url
     from otel_bridge.errors import DiscoveryError
 
-    config = BridgeConfig.load(args.config)
+    config_path = announce_config(args).path
+    config = BridgeConfig.load(config_path)
     if args.ray_address:
         from otel_bridge.discovery import import_ray
 
         import_ray().init(address=args.ray_address, logging_level=logging.ERROR)
     status = 0
-    origin = prometheus_url_origin(args.config)
+    origin = prometheus_url_origin(config_path)
     if config.resolved_source() == "scrape":
         out.write("prometheus: not used (scrape path: the bridge reads scrape.targets itself)\n")
     elif origin is not None and config.prometheus.url not in (None, AUTO):

@@ -32,21 +32,19 @@ from: the password itself is never written."""
 
 _TRACKER_LINES: Final[dict[str, tuple[str, ...]]] = {
     "jsonl": ("- type: jsonl               # <run.dir>/<run.name>/metrics.jsonl, one JSON object per step",),
-    "tensorboard": (
-        "- type: tensorboard         # <run.dir>/<run.name>/tensorboard (pip install 'otel-bridge[tensorboard]')",
-    ),
+    "tensorboard": ("- type: tensorboard         # <run.dir>/<run.name>/tensorboard (needs the tensorboard extra)",),
     "console": ("- type: console             # one line per step on stdout", "  every: 1"),
     "wandb": (
-        "- type: wandb               # pip install 'otel-bridge[wandb]'; attaches to an active wandb run if any",
+        "- type: wandb               # needs the wandb extra; attaches to an active wandb run if any",
         "  project: my-project",
         "  mode: online              # or offline",
     ),
     "mlflow": (
-        "- type: mlflow              # pip install 'otel-bridge[mlflow]'",
+        "- type: mlflow              # needs the mlflow extra",
         "  tracking_uri: sqlite:///mlflow.db",
         "  experiment: my-experiment",
     ),
-    "trackio": ("- type: trackio             # pip install 'otel-bridge[trackio]'", "  project: otel-bridge"),
+    "trackio": ("- type: trackio             # needs the trackio extra", "  project: otel-bridge"),
 }
 
 
@@ -163,7 +161,8 @@ def starter_config(
             not promql,
         ),
         "",
-        "# What to read. A preset is a ready metric set (vllm, sglang, ray); single metrics take name, type, stats.",
+        f"# What to read. A preset is a ready metric set ({', '.join(PRESETS)});",
+        "# single metrics take name, type, stats.",
         "metrics:",
         f"  - preset: {preset}",
         "  # - name: vllm:num_requests_waiting",
@@ -196,7 +195,8 @@ def starter_config(
         "naming:",
         "  infra_prefix: rollout",
         "",
-        "# This run's files: <dir>/<name>/ (name default: otel-bridge-<UTC timestamp>).",
+        "# This run's files: <dir>/<name>/ (name default: otel-bridge-<UTC timestamp>); a re-run of a name writes to",
+        "# <name>-2, -3, ...: never into an earlier run's files.",
         "run:",
         "  dir: runs",
         "  # name: my-run",

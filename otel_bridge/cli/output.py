@@ -77,12 +77,21 @@ def progress_bar(done: int, total: int, width: int = 30) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done:>{len(str(total))}}/{total}"
 
 
-def error_line(message: str) -> str:
-    """One line for stderr: ``otel-bridge: <first line of the message>`` plus a hint when it had more lines."""
+def one_line(message: str) -> str:
+    """``message`` on one line: its first line, then the others in brackets, joined by ``; `` (a multi-line config
+    error's problems), control characters escaped; ``''`` for an empty message."""
     lines = [printable(part.strip()) for part in str(message).strip().splitlines() if part.strip()]
     if not lines:
-        return "otel-bridge: failed (no message); run with --verbose for details"
+        return ""
     head = lines[0]
     if len(lines) > 1:
         head += " (" + "; ".join(lines[1:]) + ")"
+    return head
+
+
+def error_line(message: str) -> str:
+    """One line for stderr: ``otel-bridge: <the message on one line>`` (:func:`one_line`)."""
+    head = one_line(message)
+    if not head:
+        return "otel-bridge: failed (no message); run with --verbose for details"
     return f"otel-bridge: {head}"

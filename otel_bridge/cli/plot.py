@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from otel_bridge.cli.inputs import printable
-from otel_bridge.errors import ConfigError
+from otel_bridge.errors import ConfigError, install_hint
 from otel_bridge.exporters import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY
 
 _log = logging.getLogger(__name__)
 RECORD_FIELDS = frozenset({"step", "time", "window_start", "_notes"})
-PLOT_EXTRA_HINT = "pip install 'otel-bridge[plot]'"
+PLOT_EXTRA_HINT = install_hint("plot")
 MIN_PIXELS, MAX_PIXELS = 100, 8000
 """The smallest and largest ``--width`` / ``--height``."""
 ROW_PIXELS = 280

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
-from otel_bridge.config import BridgeConfig, MetricConfig
+from otel_bridge.cli.config_file import CONFIG_HELP, load_chosen_config
+from otel_bridge.config import MetricConfig
 from otel_bridge.errors import ConfigError
 
 
@@ -21,7 +22,7 @@ def add_parser(commands: Any) -> None:
         "checks at start-up that Prometheus runs it unchanged.",
     )
     rules.add_argument("out", type=Path, help="where to write the rule file")
-    rules.add_argument("--config", type=Path, help="otel-bridge config file (default: the vllm preset)")
+    rules.add_argument("--config", type=Path, help=f"{CONFIG_HELP}; without any: the vllm preset")
     rules.add_argument(
         "--interval", type=float, help="evaluation interval in seconds (default: prometheus.scrape_interval_s)"
     )
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from otel_bridge.producers.promql.rules import counting, rules_document
     from otel_bridge.tools import write_rule_file
 
-    config = BridgeConfig.load(args.config)
+    config = load_chosen_config(args)
     queries = resolve_metrics(config.metrics or [MetricConfig(preset="vllm")])
     untyped = [q for q in queries if q.needs_kind]
     if untyped:

@@ -121,8 +121,11 @@ def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> Me
     stats = tuple(args.stats or ())
     by = tuple(args.by or ())
     for configured in resolve_metrics(config.metrics):
-        if expr in (configured.key_name, configured.name):
-            query = replace(configured, by=by or configured.by, source_index=0)
+        keyed = _keyed_stats(expr, configured, config.naming.infra_prefix)
+        if keyed is not None or expr in (configured.key_name, configured.name):
+            query = replace(configured, by=by or configured.by)
+            if keyed and not stats:  # the key of one statistic: that statistic
+                stats = keyed
             if args.type is not None:
                 query = replace(query, kind=args.type, stats=())
             if stats or args.type is not None:
@@ -137,6 +140,18 @@ def build_query(expr: str, config: BridgeConfig, args: argparse.Namespace) -> Me
             "(drop them or write the aggregation into the expression)"
         )
     return MetricQuery(key_name="value", promql=expr, source_index=-1)  # -1: not a configured entry
+
+
+def _keyed_stats(expr: str, query: MetricQuery, prefix: str) -> tuple[str, ...] | None:
+    """The statistics ``expr`` names when it is a key a run records ``query`` under: ``()`` for the metric's key
+    (``rollout/vllm/generation_tokens_total``), ``("delta",)`` for a statistic's (``.../delta``); ``None``: not its
+    key."""
+    if expr == infra_key(query.key_name, None, {}, prefix=prefix):
+        return ()
+    for stat in query.stats:
+        if expr == infra_key(query.key_name, stat, {}, prefix=prefix):
+            return (stat,)
+    return None
 
 
 def metric_rows(metrics: list[Metric], prefix: str | None = "rollout") -> list[list[str]]:

@@ -19,6 +19,7 @@ from otel_bridge.config.load import (
 from otel_bridge.config.messages import format_validation_error
 from otel_bridge.config.model import (
     DEFAULT_MAX_GROUPS,
+    PRESET_NAMES,
     AuthConfig,
     BoundaryMode,
     BridgeConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "ENV_CONFIG_FILE",
     "ENV_PREFIX",
     "ENV_PROMETHEUS_URL",
+    "PRESET_NAMES",
     "AuthConfig",
     "BoundaryMode",
     "BridgeConfig",

@@ -30,11 +30,12 @@ This is the bottom of the house: it imports nothing of otel_bridge above itself 
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -352,12 +353,18 @@ class RatioConfig(_Model):
         return value
 
 
+PRESET_NAMES: Final = ("vllm", "sglang", "ray", "dcgm", "amd", "node")
+"""The named metric sets (``- preset: vllm``), in the order documents list them: the one list of their names, checked
+when a config is validated (so a misspelt preset is reported with the file's other problems); their metrics are in
+:mod:`otel_bridge.producers.presets`."""
+
+
 class MetricConfig(_Model):
     """One configured metric: exactly one of ``name``, ``promql``, ``preset``, ``ratio`` or ``otlp``."""
 
     name: str | None = Field(None, description="Prometheus metric name, e.g. vllm:generation_tokens_total.")
     promql: str | None = Field(None, description="A full PromQL expression (PromQL path only); needs alias.")
-    preset: str | None = Field(None, description="A named metric set: vllm, sglang, ray, dcgm, amd, node.")
+    preset: str | None = Field(None, description=f"A named metric set: {', '.join(PRESET_NAMES)}.")
     ratio: RatioConfig | None = Field(None, description="Ratio of two counters' deltas; needs alias.")
     otlp: OTLPInstrumentConfig | None = Field(
         None, description="An OpenTelemetry instrument pushed through the collector, read by its Prometheus name."
@@ -366,7 +373,9 @@ class MetricConfig(_Model):
     stats: list[str] | None = Field(None, description="Window statistics; defaults by type.")
     by: list[str] = Field(default_factory=list, description="Labels kept apart (one key per label value).")
     agg: Literal["sum", "mean", "max", "min"] = Field("sum", description="How gauges combine across series.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Label equality matchers.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Label equality matchers (on a preset: added to each of its metrics)."
+    )
     alias: str | None = Field(None, description="Key name used instead of the metric name.")
     scale: float | None = Field(
         None,
@@ -391,6 +400,15 @@ class MetricConfig(_Model):
         ),
     )
 
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESET_NAMES:
+            close = difflib.get_close_matches(value, PRESET_NAMES, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown preset {value!r}; available: {', '.join(PRESET_NAMES)}{hint}")
+        return value
+
     @model_validator(mode="after")
     def _shape(self) -> Self:
         chosen = [k for k in ("name", "promql", "preset", "ratio", "otlp") if getattr(self, k) is not None]
@@ -405,10 +423,8 @@ class MetricConfig(_Model):
                 raise ValueError(f"{label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
         if (self.promql is not None or self.ratio is not None) and not self.alias:
             raise ValueError("promql and ratio metrics need an alias (the key they are logged under)")
-        if self.preset is not None and (
-            self.type or self.stats or self.alias or self.labels or self.scale or self.full_scale
-        ):
-            raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`/`max_groups`)")
+        if self.preset is not None and (self.type or self.stats or self.alias or self.scale or self.full_scale):
+            raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`/`labels`/`max_groups`)")
         known = self.type or (metric_kind(self.otlp.instrument) if self.otlp is not None else None)
         if known is not None and self.stats is not None:
             kind: MetricKind = known

@@ -1,6 +1,7 @@
 """Everything that asks the running Ray cluster: the only module of otel-bridge that imports ``ray``.
 
-``ray`` is an optional extra (``pip install 'otel-bridge[ray]'``), imported lazily by :func:`import_ray`. Nothing here
+``ray`` is an optional extra (``pip install './otel-bridge[ray]'``, from the clone), imported lazily by
+:func:`import_ray`. Nothing here
 starts or connects to a cluster: the caller's process must have called ``ray.init()`` already, otherwise the
 functions raise :class:`~otel_bridge.errors.DiscoveryError` saying so. Node selection itself is pure
 (:func:`alive_nodes`, :func:`select_head_node`) so that it can be tested without Ray.
@@ -16,14 +17,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from otel_bridge.errors import ConfigError, DiscoveryError
+from otel_bridge.errors import ConfigError, DiscoveryError, install_hint
 
 _log = logging.getLogger(__name__)
 
 HEAD_RESOURCE = "node:__internal_head__"
 """The resource Ray gives the head node only (``ray.nodes()[i]["Resources"]``)."""
 
-RAY_INSTALL_HINT = "pip install 'otel-bridge[ray]'"
+RAY_INSTALL_HINT = install_hint("ray")
 
 NodeInfo = Mapping[str, Any]
 

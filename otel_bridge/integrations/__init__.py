@@ -6,9 +6,9 @@ package) never pulls in torch, transformers or lightning:
 - :mod:`otel_bridge.integrations.verl`: ``Tracking``, a drop-in for verl's ``verl.utils.tracking.Tracking``
   (same constructor, ``log(data, step)``, backend names), plus :func:`~otel_bridge.integrations.verl.patch_verl`.
 - :mod:`otel_bridge.integrations.huggingface`: ``OtelBridgeCallback``, a ``transformers.TrainerCallback``
-  (``pip install 'otel-bridge[huggingface]'``).
+  (the ``huggingface`` extra).
 - :mod:`otel_bridge.integrations.lightning`: ``OtelBridgeLogger``, a ``lightning.pytorch.loggers.Logger``
-  (``pip install 'otel-bridge[lightning]'``).
+  (the ``lightning`` extra).
 
 **Windows and records.** Where the framework has hooks at the start and end of a step (Hugging Face's
 ``on_step_begin`` / ``on_step_end``), the adapter marks the window with :meth:`Bridge.begin_step

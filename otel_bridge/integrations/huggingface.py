@@ -9,7 +9,7 @@
         trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[OtelBridgeCallback(bridge)])
         trainer.train()
 
-Needs ``pip install 'otel-bridge[huggingface]'`` (transformers with torch and accelerate); importing this module
+Needs the ``huggingface`` extra (transformers with torch and accelerate); importing this module
 without transformers raises :class:`~otel_bridge.errors.ConfigError`.
 
 **Records.** The record of step ``g`` is the one the Trainer logs with ``state.global_step == g`` (the optimizer step
@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from otel_bridge.bridge import Bridge
-from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
+from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError, install_hint
 from otel_bridge.integrations.hparams import save_hyperparameters
 from otel_bridge.integrations.logged_values import LATE_VALUES, count_late_values, numeric_items
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -59,7 +59,7 @@ try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 except ImportError as _err:  # pragma: no cover - exercised only without the extra
     raise ConfigError(
-        f"otel_bridge.integrations.huggingface needs transformers ({_err}); pip install 'otel-bridge[huggingface]'"
+        f"otel_bridge.integrations.huggingface needs transformers ({_err}); {install_hint('huggingface')}"
     ) from _err
 
 _log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@
     logger = OtelBridgeLogger("otel-bridge.yaml")          # or a dict, a BridgeConfig, or a Bridge of your own
     Trainer(max_steps=1000, logger=logger, log_every_n_steps=1).fit(model, data)
 
-Needs ``pip install 'otel-bridge[lightning]'``; importing this module without ``lightning`` raises
+Needs the ``lightning`` extra; importing this module without ``lightning`` raises
 :class:`~otel_bridge.errors.ConfigError`.
 
 **Records and windows.** Lightning calls ``log_metrics(metrics, step)`` every ``log_every_n_steps`` batches with the
@@ -44,17 +44,17 @@ from __future__ import annotations
 import logging
 from argparse import Namespace
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from otel_bridge.bridge import Bridge
-from otel_bridge.config import BridgeConfig, RunConfig
-from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError
+from otel_bridge.config import BridgeConfig
+from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError, install_hint
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport
 from otel_bridge.integrations.hparams import save_hyperparameters
 from otel_bridge.integrations.logged_values import LATE_VALUES, count_late_values, numeric_items
+from otel_bridge.pipeline.run_dir import own_run_dir
 from otel_bridge.ratelimit import RateLimitedLogger
 
 try:
@@ -63,7 +63,7 @@ try:
     from lightning.pytorch.utilities import rank_zero_only
 except ImportError as _err:  # pragma: no cover - exercised only without the extra
     raise ConfigError(
-        f"otel_bridge.integrations.lightning needs lightning ({_err}); pip install 'otel-bridge[lightning]'"
+        f"otel_bridge.integrations.lightning needs lightning ({_err}); {install_hint('lightning')}"
     ) from _err
 
 _log = logging.getLogger(__name__)
@@ -105,13 +105,13 @@ class OtelBridgeLogger(Logger):  # type: ignore[misc, unused-ignore]  # Any when
             self._run_dir = bridge.run_dir
         else:
             config = BridgeConfig.load(bridge)
-            if config.run.name is None:
-                name = datetime.now(UTC).strftime("otel-bridge-%Y%m%d-%H%M%S")
-                config = config.model_copy(update={"run": RunConfig(name=name, dir=config.run.dir)})
-            assert config.run.name is not None
+            # the run's own directory, chosen now (Lightning asks for it before the bridge starts) and pinned as
+            # run.name, so the bridge started later writes into the same one
+            run_dir = own_run_dir(config.run)
+            run = config.run.model_copy(update={"name": run_dir.name})
             self._bridge, self._owns = None, True
-            self._config = config
-            self._run_dir = config.run.dir / config.run.name
+            self._config = config.model_copy(update={"run": run})
+            self._run_dir = run_dir
         self._warn = RateLimitedLogger(_log, self._config.delivery.warn_interval_s)
         self._last: int | None = None
         self._late = 0

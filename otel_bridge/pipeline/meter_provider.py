@@ -23,7 +23,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 
 from otel_bridge.config import OTelConfig
-from otel_bridge.errors import ConfigError
+from otel_bridge.errors import ConfigError, install_hint
 from otel_bridge.health import Health
 from otel_bridge.schema import HEALTH_SCOPE
 
@@ -112,7 +112,7 @@ def _otlp_reader(config: OTelConfig, environ: Mapping[str, str]) -> MetricReader
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     except ImportError:
-        raise ConfigError("otel.otlp needs the extra: pip install 'otel-bridge[otlp]'") from None
+        raise ConfigError(f"otel.otlp needs the extra: {install_hint('otlp')}") from None
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     otlp = config.otlp

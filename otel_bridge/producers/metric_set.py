@@ -59,6 +59,12 @@ class MetricQuery:
         return tuple(n for n in self.series_names() if not is_classic_name(n)) if self.utf8 else ()
 
     @property
+    def entry(self) -> str:
+        """How messages name the entry this query comes from: ``metrics[3]``, or, for a query no config entry made
+        (``source_index`` -1: ``otel-bridge query EXPR``), ``the queried expression``."""
+        return f"metrics[{self.source_index}]" if self.source_index >= 0 else "the queried expression"
+
+    @property
     def needs_kind(self) -> bool:
         """A plain metric whose type is still unknown."""
         return self.name is not None and self.kind is None
@@ -69,7 +75,7 @@ class MetricQuery:
         bad = [s for s in stats if not is_valid_stat(kind, s)]
         if bad:
             raise ConfigError(
-                f"metrics[{self.source_index}] {self.name}: the source says it is a {kind}, and stats {bad} are not "
+                f"{self.entry} {self.name}: the source says it is a {kind}, and stats {bad} are not "
                 f"valid for a {kind}; allowed: {allowed_stats(kind)}"
             )
         return replace(self, kind=kind, stats=stats)
@@ -122,6 +128,8 @@ def _resolve(configs: Sequence[MetricConfig], max_groups: int) -> list[MetricQue
             for entry in preset:
                 own = list(entry.get("by", []))
                 merged = {**entry, "by": own + [label for label in config.by if label not in own]}
+                if config.labels:
+                    merged["labels"] = {**entry.get("labels", {}), **config.labels}
                 if "agg" in config.model_fields_set and entry.get("type") == "gauge":
                     merged["agg"] = config.agg
                 if config.max_groups is not None:

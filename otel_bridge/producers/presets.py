@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from otel_bridge.config import PRESET_NAMES
+
 
 def _mean_and_busiest_gpu(name: str) -> list[dict[str, Any]]:
     """A per-GPU gauge twice: its mean over the step and the GPUs, and the highest value any GPU reached."""
@@ -169,14 +171,14 @@ NODE: Final[list[dict[str, Any]]] = [
     {"name": "node_disk_written_bytes_total", "type": "counter", "stats": ["delta", "rate"]},
 ]
 
-PRESETS: Final[dict[str, list[dict[str, Any]]]] = {
-    "vllm": VLLM,
-    "sglang": SGLANG,
-    "ray": RAY,
-    "dcgm": DCGM,
-    "amd": AMD,
-    "node": NODE,
-}
+PRESETS: Final[dict[str, list[dict[str, Any]]]] = dict(
+    zip(PRESET_NAMES, (VLLM, SGLANG, RAY, DCGM, AMD, NODE), strict=True)
+)
+"""Preset name (:data:`~otel_bridge.config.PRESET_NAMES`, the one list of them) -> its metrics."""
+
+MODEL_LABELS: Final[dict[str, str]] = {"vllm": "model_name", "sglang": "model_name"}
+"""Preset -> the label its metrics name the served model by (vLLM's and SGLang's ``model_name``); presets of node or
+GPU metrics have none."""
 
 # Old vLLM names (gone in vLLM 0.32) -> the metric that replaces them. Accepted with a warning naming the
 # replacement, and queried as the replacement. Checked against vLLM's own deprecation notes: the released 0.11.0

@@ -588,13 +588,13 @@ class GroupBound:
         if bounded.dropped:
             self._warn.warning(
                 f"groups:{query.key_name}",
-                "step %d: metric %s (metrics[%d]) has %d label groups of %s, over its bound of %d: the %d groups after "
+                "step %d: metric %s (%s) has %d label groups of %s, over its bound of %d: the %d groups after "
                 "the first %d in label order are summed into one %r group where that is exact (delta, rate, count, "
-                "sum, gauges with agg sum/max/min) and left out otherwise, counted in %s; raise metrics[%d].max_groups "
+                "sum, gauges with agg sum/max/min) and left out otherwise, counted in %s; raise %s.max_groups "
                 "(or the top-level max_groups) to keep them apart, or group by fewer labels",
                 window.step,
                 query.key_name,
-                query.source_index,
+                query.entry,
                 bounded.groups,
                 list(query.by),
                 query.max_groups,
@@ -602,7 +602,7 @@ class GroupBound:
                 query.max_groups - 1,
                 OTHER_VALUE,
                 GROUPS_DROPPED,
-                query.source_index,
+                query.entry,
             )
         return bounded.points
 
@@ -673,11 +673,11 @@ def missing_warning(
     matchers = f" with labels {dict(query.matchers)}" if query.matchers else ""
     warn.warning(
         f"missing:{query.key_name}",
-        "step %d: configured metric %s%s (metrics[%d]) matched no series: %s; %s",
+        "step %d: configured metric %s%s (%s) matched no series: %s; %s",
         window.step,
         what,
         matchers,
-        query.source_index,
+        query.entry,
         why,
         fix,
     )

@@ -225,11 +225,11 @@ def test_doctor_reports_invalid_config_and_unwritable_tracker(tmp_path: Path) ->
     assert check_named(document, "metrics")["status"] == "skip"
 
 
-def run_short_steps(run_dir: Path, seconds: float, steps: int = 4) -> None:
+def run_short_steps(run_dir: Path, seconds: float, steps: int = 4, name: str = "short") -> None:
     """A real run (JSONL tracker, no infrastructure metrics) whose steps last about ``seconds`` each."""
     from otel_bridge import Bridge
 
-    with Bridge.from_config({"run": {"name": "short", "dir": str(run_dir)}, "trackers": [{"type": "jsonl"}]}) as b:
+    with Bridge.from_config({"run": {"name": name, "dir": str(run_dir)}, "trackers": [{"type": "jsonl"}]}) as b:
         for step in range(steps):
             with b.step(step):
                 time.sleep(seconds)
@@ -239,7 +239,8 @@ def test_doctor_warns_when_the_scrape_interval_is_long_against_the_steps(
     tmp_path: Path, prometheus: PrometheusServer
 ) -> None:
     runs = tmp_path / "runs"
-    config = promql_config(prometheus, [{"name": "vllm:num_requests_running"}], run={"dir": str(runs)})
+    run = {"dir": str(runs), "name": "short"}
+    config = promql_config(prometheus, [{"name": "vllm:num_requests_running"}], run=run)
     status, document = doctor_json(tmp_path, config)
     assert status == 0
     boundaries = check_named(document, "step boundaries")
@@ -304,3 +305,28 @@ def test_doctor_judges_the_step_lengths_of_the_configs_own_run(tmp_path: Path, p
     boundaries = check_named(document, "step boundaries")
     assert boundaries["status"] == "pass", boundaries
     assert f"the steps of {runs / 'mine'} last 10s" in boundaries["detail"]
+
+
+def test_doctor_without_run_name_judges_a_run_of_the_config_not_the_demos(
+    tmp_path: Path, prometheus: PrometheusServer
+) -> None:
+    """Issue 36: a config without run.name (what init writes) is judged by its own runs (otel-bridge-<time>), not
+    by the newest run in run.dir, which here is the demo's with short steps."""
+    runs = tmp_path / "runs"
+    run_short_steps(runs, 0.2, name="demo-20260101-000000")  # what `make demo` leaves in runs/
+    config = promql_config(prometheus, [{"name": "vllm:num_requests_running"}], run={"dir": str(runs)})
+    _, document = doctor_json(tmp_path, config)
+    boundaries = check_named(document, "step boundaries")
+    assert boundaries["status"] == "pass", boundaries
+    assert "demo-" not in boundaries["detail"], boundaries
+    assert f"no run in {runs} named otel-bridge-<time>" in boundaries["detail"], boundaries
+
+    mine = runs / "otel-bridge-20260101-000001"
+    mine.mkdir()
+    records = [{"step": s, "time": 100.0 + 10 * s, "window_start": 90.0 + 10 * s} for s in range(4)]  # 10 s steps
+    (mine / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.utime(mine / "metrics.jsonl", (1_000_000, 1_000_000))  # the demo's run stays the newest
+    _, document = doctor_json(tmp_path, config)
+    boundaries = check_named(document, "step boundaries")
+    assert boundaries["status"] == "pass", boundaries
+    assert f"the steps of {mine} last 10s" in boundaries["detail"], boundaries

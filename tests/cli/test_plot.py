@@ -335,7 +335,7 @@ def test_plot_without_matplotlib_names_the_extra(demo_run: Path, tmp_path: Path)
         env={"PYTHONPATH": f"{shadow.parent}{os.pathsep}{Path(__file__).resolve().parents[2]}"},
     )
     assert done.returncode == 2
-    assert "pip install 'otel-bridge[plot]'" in done.stderr
+    assert f"pip install '{Path(__file__).resolve().parents[2]}[plot]'" in done.stderr  # issue 36: from the clone
     assert not (tmp_path / "x.png").exists()
 
 

@@ -78,3 +78,34 @@ def test_query_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     verbose = run_cli(["--verbose", "query", "up"], cwd=tmp_path)
     assert verbose.returncode != 0
     assert "Traceback" in verbose.stderr
+
+
+def test_query_a_key_the_run_records(tmp_path: Path, prometheus: PrometheusServer) -> None:
+    """Issue 36: the key a run records (docs/cli.md: a configured metric's key works) is that metric's statistic, from
+    ./otel-bridge.yaml found as every command finds it, not a PromQL division of four names."""
+    write_config(
+        tmp_path / "otel-bridge.yaml",
+        {"prometheus": {"url": prometheus.url, "scrape_interval_s": 1}, "metrics": [{"preset": "vllm"}]},
+    )
+    ttft = run_cli(["query", "rollout/vllm/time_to_first_token_seconds/p99", "--window", "10s"], cwd=tmp_path)
+    # the histogram of the configured entry (these servers finish no request: no observation, no row)
+    assert ttft.stdout.startswith("vllm:time_to_first_token_seconds (histogram) over ("), ttft.stdout
+    assert "config: otel-bridge.yaml (found in the current directory)" in ttft.stderr
+    assert "metrics[" not in ttft.stdout + ttft.stderr
+    done = run_cli(["query", "rollout/vllm/num_requests_running/max", "--window", "10s"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("vllm:num_requests_running (gauge) over ("), done.stdout
+    rows = table_rows(done.stdout)
+    assert [row[:2] for row in rows] == [["rollout/vllm/num_requests_running/max", "max"]]
+    whole = run_cli(["query", "rollout/vllm/generation_tokens_total", "--window", "10s"], cwd=tmp_path)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert sorted(row[1] for row in table_rows(whole.stdout)) == ["delta", "rate"]
+
+
+def test_a_raw_expression_that_matches_nothing_names_no_config_entry(
+    tmp_path: Path, prometheus: PrometheusServer
+) -> None:
+    """Issue 36: the warning about an expression given on the command line names it, not ``metrics[-1]``."""
+    done = run_cli(["query", "vllm:a / vllm:b", "--prometheus-url", prometheus.url], cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "metrics[-1]" not in done.stdout + done.stderr

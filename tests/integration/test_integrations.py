@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge import Bridge, ConfigError
-from otel_bridge.errors import StepOrderError
+from otel_bridge.errors import StepOrderError, install_hint
 from otel_bridge.exporters.backends.registry import BACKENDS
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.exporters.tracker import FIRST_STEP_NOTE
@@ -111,7 +112,7 @@ def test_verl_example_records_in_jsonl_tensorboard_and_hparams(tmp_path: Path) -
 
     run_dir = main(tmp_path, STEPS)
 
-    assert run_dir == tmp_path / "verl-ppo"
+    assert run_dir == tmp_path / "otel-bridge-examples" / "verl-ppo"  # <run.dir>/<project>/<experiment>
     lines = read_jsonl(run_dir / "metrics.jsonl")
     check_records(lines, list(range(STEPS + 1)), ["actor/pg_loss", "critic/score/mean", "timing_s/gen"])
     assert lines[0]["val-core/gsm8k/reward/mean@1"] == 0.1, "verl's validation before training is step 0"
@@ -138,7 +139,7 @@ def test_verl_two_logs_for_one_step_make_one_record(tmp_path: Path) -> None:
         with pytest.raises(StepOrderError, match="steps must increase"):
             tracking.log({"actor/loss": 0.6}, step=1)
         tracking.log({"val-core/acc": 0.6}, step=2)
-    lines = read_jsonl(tmp_path / "two" / "metrics.jsonl")
+    lines = read_jsonl(tmp_path / "p" / "two" / "metrics.jsonl")  # <run.dir>/<project>/<run.name>
     assert [line["step"] for line in lines] == [0, 1, 2]
     assert {k: v for k, v in lines[1].items() if not k.startswith(("otel_bridge/", "time", "window"))} == {
         "step": 1,
@@ -151,7 +152,7 @@ def test_verl_two_logs_for_one_step_make_one_record(tmp_path: Path) -> None:
     assert lines[1]["time"] <= between, "the window ends at the step's first log(), later ones only add values"
     assert lines[2]["window_start"] == lines[1]["time"]
     assert (lines[2]["actor/loss"], lines[2]["val-core/acc"]) == (0.7, 0.6)
-    check_tensorboard(tmp_path / "two" / "tensorboard", lines, ["actor/loss", "critic/score", "val-core/acc"])
+    check_tensorboard(tmp_path / "p" / "two" / "tensorboard", lines, ["actor/loss", "critic/score", "val-core/acc"])
 
 
 def test_verl_backend_names_map_to_trackers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -186,7 +187,7 @@ def test_verl_run_naming_and_explicit_trackers(monkeypatch: pytest.MonkeyPatch, 
         t.log({"actor/loss": 1.0, "table": "not a number"}, step=1)
         assert t.bridge.collect(1)["actor/loss"] == 1.0
     with Tracking("p", "e", "jsonl", bridge_config={"run": {"name": "mine", "dir": str(tmp_path / "d")}}) as t:
-        assert t.run_dir == tmp_path / "d" / "mine"
+        assert t.run_dir == tmp_path / "d" / "p" / "mine"  # the project's directory with or without a file
 
 
 def test_verl_on_a_non_delivering_rank_writes_nothing(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_verl_on_a_non_delivering_rank_writes_nothing(tmp_path: Path) -> None:
         assert not tracking.bridge.delivers
         assert tracking.logger == {}
         tracking.log({"actor/loss": 1.0}, step=1)
-    assert not (tmp_path / "e").exists()
+    assert not (tmp_path / "p").exists()
 
 
 def test_patch_verl_replaces_tracking_until_restored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -217,7 +218,7 @@ def test_patch_verl_replaces_tracking_until_restored(monkeypatch: pytest.MonkeyP
     finally:
         restore()
     assert fake.Tracking is VerlTracking
-    assert [line["actor/loss"] for line in read_jsonl(tmp_path / "e" / "metrics.jsonl")] == [0.5]
+    assert [line["actor/loss"] for line in read_jsonl(tmp_path / "p" / "e" / "metrics.jsonl")] == [0.5]
     with pytest.raises(ConfigError, match="needs verl"):
         patch_verl(module="no_such_module_for_otel_bridge")
 
@@ -293,7 +294,7 @@ def test_an_integration_without_its_framework_names_the_extra(
 ) -> None:
     monkeypatch.delitem(sys.modules, f"otel_bridge.integrations.{module}", raising=False)
     monkeypatch.setitem(sys.modules, framework, None)  # what `import framework` sees when it is not installed
-    with pytest.raises(ConfigError, match=rf"pip install 'otel-bridge\[{extra}\]'"):
+    with pytest.raises(ConfigError, match=re.escape(install_hint(extra))):
         importlib.import_module(f"otel_bridge.integrations.{module}")
 
 

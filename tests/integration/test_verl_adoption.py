@@ -111,6 +111,50 @@ def test_verls_config_takes_the_documented_overrides_and_the_model_name_is_verls
         omega_conf_to_dataclass(refused.actor_rollout_ref.rollout.prometheus)
 
 
+def test_the_init_file_keeps_verls_model_filter(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 36: the file docs/verl.md step 3 writes (``otel-bridge init --prometheus auto --tracker wandb``: an
+    explicit ``- preset: vllm``), passed as verl's runtime_env merge passes it, reads only the model verl serves, and a
+    WARNING says which filter is in force; a file that names models itself keeps them."""
+    import logging
+
+    from omegaconf import OmegaConf
+
+    from otel_bridge.producers.metric_set import resolve_metrics
+    from tests.cli.support import run_cli
+
+    done = run_cli(["init", "--prometheus", "auto", "--tracker", "wandb"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    config = compose_verl_config(documented_overrides(tmp_path / "otel-bridge.yaml", 9191, tmp_path / "p.yml"))
+    named = verl_runtime_env(config)["env_vars"][ENV_CONFIG_FILE]  # the file the Ray workers are told about
+    served = verl_served_model_name(MODEL_PATH)
+    with caplog.at_level(logging.WARNING, logger="otel_bridge"):
+        bridge_config = verl_bridge_config(
+            named, project_name="p", experiment_name="e", default_backend="console",
+            config=OmegaConf.to_container(config, resolve=True),
+        )  # fmt: skip
+    queries = resolve_metrics(bridge_config.metrics)
+    assert queries, "the file's vllm preset"
+    for query in queries:
+        assert dict(query.matchers).get("model_name") == served, query
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"model_name={served!r}" in w and "served_model_name" in w for w in warned), warned
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        yaml.safe_dump({"metrics": [{"preset": "vllm", "labels": {"model_name": "reference"}}, {"preset": "dcgm"}]}),
+        encoding="utf-8",
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="otel_bridge"):
+        kept = verl_bridge_config(
+            mine, project_name="p", experiment_name="e", default_backend="console",
+            config=OmegaConf.to_container(config, resolve=True),
+        )  # fmt: skip
+    models = {dict(q.matchers).get("model_name") for q in resolve_metrics(kept.metrics)}
+    assert models == {"reference", None}, "the file's own model filter; the GPU preset has no model label"
+    assert any("'reference'" in r.getMessage() for r in caplog.records), "the filter in force is said"
+
+
 ACTOR_SCRIPT = textwrap.dedent(
     """
     import json, sys, time

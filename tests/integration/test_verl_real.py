@@ -228,7 +228,7 @@ def test_file_backend_writes_where_verls_file_logger_writes(tmp_path: Path, monk
     lines = _read_jsonl(verl_path)
     assert [(line["step"], line["actor/pg_loss"]) for line in lines] == [(1, 1.0), (2, 0.5)]
     assert lines[1]["val-core/acc"] == 0.25
-    assert not (tmp_path / "runs" / "exp-1" / "metrics.jsonl").exists(), "file replaces the run dir's jsonl"
+    assert not (tmp_path / "runs" / "proj" / "exp-1" / "metrics.jsonl").exists(), "file replaces the run dir's jsonl"
 
     explicit = tmp_path / "explicit.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(explicit))
@@ -248,7 +248,7 @@ def test_rl_insight_is_verls_own_logger(tmp_path: Path, monkeypatch: pytest.Monk
         assert set(tracking.logger) == {"jsonl"}, "rl_insight is no otel-bridge tracker"
         tracking.log({"actor/pg_loss": 1.0, "note": "text"}, step=0)  # disabled, as in verl: nothing happens
         tracking.log({"actor/pg_loss": 0.5}, step=1)
-    assert [line["actor/pg_loss"] for line in _read_jsonl(tmp_path / "e" / "metrics.jsonl")] == [1.0, 0.5]
+    assert [line["actor/pg_loss"] for line in _read_jsonl(tmp_path / "p" / "e" / "metrics.jsonl")] == [1.0, 0.5]
 
     # Enabled without the rl-insight package: verl's logger cannot import it, which start-up says with the fix.
     if _importable("rl_insight"):

@@ -169,14 +169,13 @@ def test_preset_entry_rejects_stats() -> None:
     assert "a preset entry takes only `preset`" in message
 
 
-def test_unknown_preset_through_resolve_metrics() -> None:
-    config = BridgeConfig.from_dict({"prometheus": PROM, "metrics": [{"name": "up"}, {"preset": "vllmm"}]})
-    with pytest.raises(ConfigError) as info:
-        resolve_metrics(config.metrics)
-    message = str(info.value)
+def test_unknown_preset_is_a_config_problem_with_the_others() -> None:
+    """Issue 36: a misspelt preset is found when the config is validated, with the file's other problems."""
+    message = config_error({"prometheus": {**PROM, "urll": "x"}, "metrics": [{"name": "up"}, {"preset": "vllmm"}]})
+    assert "(2 problems)" in message
     assert "metrics[1]" in message
-    assert "'vllmm'" in message
-    assert "available: amd, dcgm, node, ray, sglang, vllm" in message
+    assert "unknown preset 'vllmm'; available: vllm, sglang, ray, dcgm, amd, node; did you mean 'vllm'?" in message
+    assert "did you mean 'prometheus.url'?" in message
 
 
 def test_duplicate_metric_keys() -> None:

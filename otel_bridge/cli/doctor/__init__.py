@@ -7,8 +7,9 @@ Checks, in order (each is ``pass``, ``fail``, ``warn`` or ``skip``):
 3. ``prometheus``: Prometheus answers, and its version (PromQL path).
 4. ``prometheus targets``: every scrape target of Prometheus is ``up`` (after its first scrape of each, when it has
    just started).
-   ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run in ``run.dir``: a
-   warning when samples may bound steps that are shorter than two scrape intervals.
+   ``step boundaries``: Prometheus' scrape interval against the step lengths of the newest run of this config in
+   ``run.dir`` (:func:`~otel_bridge.pipeline.run_dir.runs_of`): a warning when samples may bound steps that are
+   shorter than two scrape intervals (under ``prometheus.boundary: auto``, settled by the ``step`` check).
 5. ``endpoint <url>``: every rollout ``/metrics`` endpoint answers (scrape path).
 6. ``step``: the producer a run builds from the same config starts (the run's start-up check) and reads one step's
    window with the run's own queries, so doctor cannot pass where a run fails to start or misses a metric.
@@ -46,8 +47,8 @@ from otel_bridge.cli.doctor.prometheus import (
     check_prometheus_targets,
     check_query_plan,
 )
-from otel_bridge.cli.inputs import check_url, printable
-from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, use_colour
+from otel_bridge.cli.inputs import check_url
+from otel_bridge.cli.output import STATUS_COLOURS, colour, format_rows, one_line, use_colour
 from otel_bridge.prometheus import ExpositionFamily
 
 __all__ = [
@@ -123,7 +124,7 @@ def render_table(checks: Sequence[Check], stream: TextIO, width: int | None = No
         text += "\n\nto fix:"
         for check in problems:
             name = colour(check.name, STATUS_COLOURS[check.status], coloured)
-            text += f"\n  {name}: {printable(check.detail)}\n    fix: {printable(check.fix or '')}"
+            text += f"\n  {name}: {one_line(check.detail)}\n    fix: {one_line(check.fix or '')}"
     failed = sum(c.status == "fail" for c in checks)
     warned = sum(c.status == "warn" for c in checks)
     if failed:
@@ -141,7 +142,7 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def _cut(text: str, limit: int | None) -> str:
-    text = printable(" ".join(text.split()))
+    text = one_line(text)
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 

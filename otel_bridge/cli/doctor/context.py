@@ -58,6 +58,9 @@ class DoctorContext:
         """Prometheus' scrape interval, from its targets list (set by the ``step boundaries`` check)."""
         self.store: Store | None = None
         """What ``prometheus.url`` is and what its queries can do (set by the ``prometheus`` check)."""
+        self.boundary_detail: str | None = None
+        """The ``step boundaries`` warning's finding under ``prometheus.boundary: auto``, which the ``step`` check
+        settles: it passes when the run's producer observes the boundaries by its own scrapes."""
 
     def add_secrets(self, secrets: Sequence[str]) -> None:
         """Scrub ``secrets`` (every form a secret takes on the wire) from the outcomes recorded from now on."""
@@ -76,6 +79,10 @@ class DoctorContext:
         check = Check(name, status, self._scrub(detail) or "", self._scrub(fix))
         self.checks.append(check)
         return check
+
+    def settle(self, name: str, status: Status, detail: str) -> None:
+        """Replace the outcome of the check ``name`` recorded earlier (a later check learnt what it could not)."""
+        self.checks = [Check(name, status, self._scrub(detail) or "") if c.name == name else c for c in self.checks]
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,14 @@ def check_config(context: DoctorContext) -> BridgeConfig | None:
     except ConfigError as exc:
         named = f"config file {where} " in str(exc) or f"config file {where}:" in str(exc)
         detail = str(exc) if named else f"{where}: {exc}"
-        context.add("config", "fail", detail, "fix the config as the message says")
+        if context.config_path is not None and not context.config_path.is_file():
+            fix = (
+                f"pass an existing file to --config ({context.config_reason}: {context.config_path} is not a file); "
+                "otel-bridge init writes one"
+            )
+        else:
+            fix = "fix each problem the message lists (all of the file's problems are listed at once)"
+        context.add("config", "fail", detail, fix)
         return None
     for section, auth in (("prometheus.auth", config.prometheus.auth), ("scrape.auth", config.scrape.auth)):
         try:  # every form a secret takes on the wire is scrubbed: token, password, base64 basic-auth header

@@ -3,18 +3,18 @@ read a step from it, its targets are up, its scrape interval fits the steps."""
 
 from __future__ import annotations
 
-import glob
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig
-from otel_bridge.errors import DiscoveryError, PrometheusError
+from otel_bridge.errors import DiscoveryError, PrometheusError, PrometheusUnreachableError
+from otel_bridge.pipeline.run_dir import DEFAULT_RUN_PREFIX, runs_of
 from otel_bridge.producers.promql.rules import counting, find_rules
 from otel_bridge.producers.promql.store import Store, detect_store
 from otel_bridge.prometheus import PrometheusClient
@@ -111,7 +111,11 @@ def check_prometheus(context: DoctorContext, config: BridgeConfig) -> Prometheus
             "prometheus",
             "fail",
             f"{url} (from {source}): {exc}",
-            f"start Prometheus at {url} or correct prometheus.url",
+            f"start Prometheus at {url} or correct prometheus.url"
+            if isinstance(exc, PrometheusUnreachableError)
+            else f"{url} answers, but not as Prometheus' HTTP API: set prometheus.url to Prometheus' own address (its "
+            "web port, 9090 by default), not to a server it scrapes; or read the servers' /metrics directly on the "
+            "scrape path (scrape.targets: otel-bridge init --scrape HOST:PORT)",
         )
         return None
     context.store = store
@@ -242,21 +246,19 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
         "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
         "else Prometheus' samples (prometheus.boundary: auto)",
     }[prom.boundary]
-    steps = _latest_step_seconds(config.run.dir, config.run.name)
+    steps = _latest_step_seconds(runs_of(config.run))
     if steps is None:
-        where = config.run.dir / config.run.name if config.run.name else config.run.dir
+        named = config.run.name or f"{DEFAULT_RUN_PREFIX}<time> (no run.name)"
         context.add(
             "step boundaries",
             "pass",
-            f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {where} "
-            "to compare step lengths with",
+            f"Prometheus scrapes every {interval:g}s; boundaries observed by {mode}; no run in {config.run.dir} "
+            f"named {named} (this config's runs) to compare step lengths with",
         )
         return
     run, median = steps
-    detail = (
-        f"Prometheus scrapes every {interval:g}s and the steps of {run} last {median:.3g}s (median); "
-        f"boundaries observed by {mode}"
-    )
+    finding = f"Prometheus scrapes every {interval:g}s and the steps of {run} last {median:.3g}s (median)"
+    detail = f"{finding}; boundaries observed by {mode}"
     if interval <= median / 2 or prom.boundary == "scrape":
         context.add("step boundaries", "pass", detail)
         return
@@ -267,6 +269,8 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
         "traffic (each record says by how much in otel_bridge/boundary_lag_s)",
         _boundary_fix(prom.boundary, prom.boundary_max_targets, median),
     )
+    if prom.boundary == "auto":  # the step check below starts the run's producer, which tells how it observes them
+        context.boundary_detail = finding
 
 
 def _boundary_fix(boundary: str, max_targets: int, median_s: float) -> str:
@@ -284,12 +288,15 @@ def _boundary_fix(boundary: str, max_targets: int, median_s: float) -> str:
     )
 
 
-def _latest_step_seconds(run_dir: Path, run_name: str | None = None) -> tuple[Path, float] | None:
-    """The config's run (``<run.dir>/<run.name>/metrics.jsonl`` when ``run.name`` is set, else the newest
-    ``<run.dir>/*/metrics.jsonl``) and the median length of its steps' windows (``None``: no such run)."""
-    pattern = f"{glob.escape(run_name)}/metrics.jsonl" if run_name else "*/metrics.jsonl"
-    runs = sorted(run_dir.glob(pattern), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
-    for path in reversed(runs):
+def _mtime(path: Path) -> float:
+    return path.stat().st_mtime
+
+
+def _latest_step_seconds(runs: Sequence[Path]) -> tuple[Path, float] | None:
+    """The newest of the config's ``runs`` (oldest first, :func:`~otel_bridge.pipeline.run_dir.runs_of`) with step
+    records in ``metrics.jsonl``, and the median length of its steps' windows (``None``: no such run)."""
+    recorded = sorted((run / "metrics.jsonl" for run in runs if (run / "metrics.jsonl").is_file()), key=_mtime)
+    for path in reversed(recorded):
         lengths = []
         with path.open(encoding="utf-8") as lines:
             for line in lines:

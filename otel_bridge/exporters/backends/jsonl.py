@@ -165,5 +165,15 @@ class JsonlOptions(BackendOptions):
 
 
 def create_jsonl_backend(options: Mapping[str, Any], run_dir: Path) -> JsonlBackend:
-    """The ``jsonl`` tracker: one JSON object per step appended to ``path``."""
-    return JsonlBackend(under(run_dir, parse_options("jsonl", JsonlOptions, options).path))
+    """The ``jsonl`` tracker: one JSON object per step written to ``path``, a new file: a file that already holds
+    records (an earlier run's, at a ``path`` outside the run directory) is refused, since a run never appends to
+    another run's file."""
+    path = under(run_dir, parse_options("jsonl", JsonlOptions, options).path)
+    if path.is_file() and path.stat().st_size > 0:
+        raise BackendError(
+            f"jsonl: {path} already holds an earlier run's records, and a run never appends to another run's file: "
+            "move or remove it, or give this run a file of its own (the tracker's path; for verl's `file` logger, "
+            "another trainer.experiment_name or $VERL_FILE_LOGGER_PATH), or leave path unset (each run then writes "
+            "<run dir>/metrics.jsonl)"
+        )
+    return JsonlBackend(path)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.errors import BackendError, ConfigError, install_hint
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.naming import MLFLOW_KEYS, MLFLOW_NAME
 from otel_bridge.exporters.record import StepRecord
@@ -156,7 +156,7 @@ def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBa
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
     except ImportError as err:
-        raise ConfigError("tracker 'mlflow' needs the extra: pip install 'otel-bridge[mlflow]'") from err
+        raise ConfigError(f"tracker 'mlflow' needs the extra: {install_hint('mlflow')}") from err
 
     def backend(client: Any, run: str, owns_run: bool) -> MlflowBackend:
         return MlflowBackend(client, run, owns_run=owns_run, metric_type=Metric, mlflow_error=MlflowException)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.errors import BackendError, ConfigError, install_hint
 from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
@@ -35,7 +35,7 @@ class TensorBoardBackend:
             from tensorboard.compat.proto import event_pb2, summary_pb2
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ImportError as err:
-            raise ConfigError("tracker 'tensorboard' needs the extra: pip install 'otel-bridge[tensorboard]'") from err
+            raise ConfigError(f"tracker 'tensorboard' needs the extra: {install_hint('tensorboard')}") from err
         self.name = "tensorboard"
         self.logdir = logdir
         self._event_pb2: Any = event_pb2
@@ -110,5 +110,13 @@ class TensorBoardOptions(BackendOptions):
 
 
 def create_tensorboard_backend(options: Mapping[str, Any], run_dir: Path) -> TensorBoardBackend:
-    """The ``tensorboard`` tracker: scalar summaries in an event file under ``logdir``."""
-    return TensorBoardBackend(under(run_dir, parse_options("tensorboard", TensorBoardOptions, options).logdir))
+    """The ``tensorboard`` tracker: scalar summaries in an event file under ``logdir``, a directory no other run
+    wrote events into (TensorBoard would show both runs' events as one run)."""
+    logdir = under(run_dir, parse_options("tensorboard", TensorBoardOptions, options).logdir)
+    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
+        raise BackendError(
+            f"tensorboard: {logdir} already holds an earlier run's event files, and TensorBoard would show this run's "
+            "steps interleaved with them as one run: give this run a logdir of its own (the tracker's logdir; for "
+            "verl, $TENSORBOARD_DIR), or leave logdir unset (each run then writes <run dir>/tensorboard)"
+        )
+    return TensorBoardBackend(logdir)

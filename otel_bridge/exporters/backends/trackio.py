@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.errors import BackendError, ConfigError, install_hint
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.naming import TRACKIO_KEYS, TRACKIO_RESERVED
 from otel_bridge.exporters.record import StepRecord
@@ -109,7 +109,7 @@ def create_trackio_backend(options: Mapping[str, Any], run_dir: Path) -> Trackio
         import trackio
         from trackio import context_vars
     except ImportError as err:
-        raise ConfigError("tracker 'trackio' needs the extra: pip install 'otel-bridge[trackio]'") from err
+        raise ConfigError(f"tracker 'trackio' needs the extra: {install_hint('trackio')}") from err
 
     active = context_vars.current_run.get()
     if active is not None:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from otel_bridge.errors import BackendError, ConfigError
+from otel_bridge.errors import BackendError, ConfigError, install_hint
 from otel_bridge.exporters.backends.options import (
     BackendOptions,
     NonEmptyStr,
@@ -290,7 +290,7 @@ def create_wandb_backend(options: Mapping[str, Any], run_dir: Path) -> WandbBack
     try:
         import wandb
     except ImportError as err:
-        raise ConfigError("tracker 'wandb' needs the extra: pip install 'otel-bridge[wandb]'") from err
+        raise ConfigError(f"tracker 'wandb' needs the extra: {install_hint('wandb')}") from err
     wandb_error: type[BaseException] = wandb.Error
 
     active = wandb.run

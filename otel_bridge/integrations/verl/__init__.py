@@ -43,8 +43,10 @@ raised. verl backends otel-bridge has no tracker for (``swanlab``, ``vemlp_wandb
 :class:`~otel_bridge.errors.ConfigError` listing the supported names. Trackers listed under ``trackers`` in the
 bridge config are kept, and take precedence over a ``default_backend`` name of the same kind.
 
-**Run directory.** Unless the bridge config sets them, ``run.name`` is the experiment name and ``run.dir`` is
-``<run.dir>/<project name>`` (characters other than letters, digits, ``.``, ``_`` and ``-`` become ``-``). verl's
+**Run directory.** ``<run.dir>/<project name>/<run.name>``, whether or not a bridge config file sets ``run.dir``;
+``run.name`` is the experiment name unless the bridge config sets it (characters other than letters, digits, ``.``,
+``_`` and ``-`` become ``-``). A re-run with the same names gets ``<experiment name>-2`` and so on: it never appends
+to the earlier run's files or tracker runs. verl's
 ``config`` (the hyperparameters) is written to ``<run dir>/hparams.json`` and handed to wandb as its run config.
 
 **Windows.** ``log(data, step)`` is the step's boundary: its window runs from the previous step's boundary to now,

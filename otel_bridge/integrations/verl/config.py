@@ -4,17 +4,18 @@ and a configuration from verl's rollout ``PrometheusConfig`` (see :mod:`otel_bri
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from otel_bridge.config import AUTO, BridgeConfig, TrackerConfig, read_yaml
+from otel_bridge.config import AUTO, BridgeConfig, MetricConfig, TrackerConfig, read_yaml
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.registry import BACKENDS
 from otel_bridge.integrations.hparams import plain
-from otel_bridge.producers.presets import PRESETS
+from otel_bridge.producers.presets import MODEL_LABELS, PRESETS
 from otel_bridge.prometheus.promql import parse_duration
 
 BridgeConfigSource = str | Path | Mapping[str, Any] | BridgeConfig | None
@@ -39,6 +40,8 @@ UNSUPPORTED_VERL_BACKENDS: Final = ("swanlab", "vemlp_wandb", "clearml")
 """verl backends that otel-bridge has no tracker for."""
 
 _UNSAFE_RUN_CHARS: Final = re.compile(r"[^A-Za-z0-9._\-]+")
+_SERVED_MODEL_KEY: Final = "actor_rollout_ref.rollout.prometheus.served_model_name"
+_log = logging.getLogger(__name__)
 
 
 def supported_backends() -> list[str]:
@@ -162,6 +165,9 @@ def verl_bridge_config(
         update: dict[str, Any] = {}
         if not loaded.metrics:
             update["metrics"] = derived.metrics
+        else:
+            model = verl_served_model_name(_field(verl_prometheus, "served_model_name"))
+            update["metrics"] = with_model_filter(loaded.metrics, model)
         if loaded.resolved_source() in (None, "promql"):
             unset = derived.prometheus.model_fields_set - loaded.prometheus.model_fields_set
             taken = {name: getattr(derived.prometheus, name) for name in unset}
@@ -175,10 +181,57 @@ def verl_bridge_config(
     run = loaded.run.model_copy(
         update={
             "name": loaded.run.name if "name" in run_set else _safe_name(experiment_name),
-            "dir": loaded.run.dir if "dir" in run_set else loaded.run.dir / _safe_name(project_name),
+            # <run.dir>/<project>/<experiment> whether or not the file sets run.dir (init's file does): the run
+            # directory does not move with the config file
+            "dir": loaded.run.dir / _safe_name(project_name),
         }
     )
     return loaded.model_copy(update={"trackers": trackers, "run": run})
+
+
+def with_model_filter(metrics: Sequence[MetricConfig], model: str | None) -> list[MetricConfig]:
+    """``metrics`` (a bridge config file's) with verl's model filter: every entry of a preset whose metrics carry a
+    model label (:data:`~otel_bridge.producers.presets.MODEL_LABELS`), and every entry naming one of those metrics,
+    matches only ``model``, the model verl serves; unless an entry already names models itself, in which case the
+    file's filters are kept as they are. Says at start-up which filter is in force (a WARNING when it differs from
+    verl's or verl's was added to entries of the file)."""
+    labelled = {
+        entry["name"]: label for preset, label in MODEL_LABELS.items() for entry in PRESETS[preset] if "name" in entry
+    }
+
+    def model_label(entry: MetricConfig) -> str | None:
+        if entry.preset is not None:
+            return MODEL_LABELS.get(entry.preset)
+        return labelled.get(entry.name) if entry.name is not None else None
+
+    targeted = [(index, entry, label) for index, entry in enumerate(metrics) if (label := model_label(entry))]
+    named = [(index, label, entry.labels[label]) for index, entry, label in targeted if label in entry.labels]
+    if not targeted or model is None:
+        return list(metrics)
+    if named:
+        others = [f"metrics[{index}] {label}={value!r}" for index, label, value in named if value != model]
+        if others:
+            _log.warning(
+                "otel-bridge: verl serves model %r (%s), but the bridge config file filters other models (%s): those "
+                "filters are in force",
+                model,
+                _SERVED_MODEL_KEY,
+                ", ".join(others),
+            )
+        return list(metrics)
+    filtered = list(metrics)
+    for index, entry, label in targeted:
+        filtered[index] = entry.model_copy(update={"labels": {**entry.labels, label: model}})
+    _log.warning(
+        "otel-bridge: the bridge config file's metrics name no model: metrics%s read only model %s=%r, the model verl "
+        "serves (%s); set labels.%s on those entries to read another",
+        [index for index, _, _ in targeted],
+        targeted[0][2],
+        model,
+        _SERVED_MODEL_KEY,
+        targeted[0][2],
+    )
+    return filtered
 
 
 def bridge_config_from_verl(

@@ -26,7 +26,7 @@ from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.naming import infra_key
 from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql.connect import connect
+from otel_bridge.producers.promql import connect
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.prometheus_names import METRIC_NAME
 from otel_bridge.schema import STAT_ATTRIBUTE

@@ -1,6 +1,6 @@
 """The pipeline behind the facade: configuration in, one record per step out.
 
-- :mod:`~otel_bridge.pipeline.build`: the configuration made into producers, their target watchers and the trackers;
+- :mod:`~otel_bridge.pipeline.build`: the configuration made into producers and the trackers;
 - :mod:`~otel_bridge.pipeline.meter_provider`: the MeterProvider and its extra readers (``/metrics``, OTLP);
 - :mod:`~otel_bridge.pipeline.reader`: :class:`~otel_bridge.pipeline.reader.StepMetricReader`, the OpenTelemetry
   MetricReader that collects at step boundaries, and :mod:`~otel_bridge.pipeline.infra_deadline`, the deadline of a

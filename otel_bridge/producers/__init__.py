@@ -3,6 +3,9 @@
 - :mod:`~otel_bridge.producers.base`: what a producer is (:class:`MetricProducer`, :class:`ProducerLifecycle`);
 - :mod:`~otel_bridge.producers.metric_set` and :mod:`~otel_bridge.producers.presets`: the configured metrics, resolved;
 - :mod:`~otel_bridge.producers.statistics`: all window math, from samples to a step's statistics;
+- :mod:`~otel_bridge.producers.window_source`: one way of reading a window (:class:`WindowSource`), chosen once at a
+  producer's start-up; :mod:`~otel_bridge.producers.window_report`: what a window could not read, said in one place
+  (:class:`WindowReport`, :class:`WindowReporter`);
 - two wings: :mod:`~otel_bridge.producers.promql` (:class:`PromQLProducer`, through a Prometheus-compatible store) and
   :mod:`~otel_bridge.producers.scrape` (:class:`ScrapeProducer`, straight from ``/metrics`` endpoints).
 """
@@ -10,13 +13,20 @@
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle, infra_scope, metrics_of
 from otel_bridge.producers.promql import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer
+from otel_bridge.producers.window_report import WindowReport, WindowReporter
+from otel_bridge.producers.window_source import ReadBudget, WindowReading, WindowSource
 
 __all__ = [
     "MetricProducer",
     "ProducerLifecycle",
     "PromQLProducer",
+    "ReadBudget",
     "ScrapeProcess",
     "ScrapeProducer",
+    "WindowReading",
+    "WindowReport",
+    "WindowReporter",
+    "WindowSource",
     "infra_scope",
     "metrics_of",
 ]

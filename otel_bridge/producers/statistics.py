@@ -15,8 +15,8 @@ a metric kind takes are named in :mod:`otel_bridge.window`.
   statistic per series, then are combined across series with the configured aggregation (``sum``/``mean``/``max``/
   ``min``) (:func:`compute_stats`).
 - **Into a record**: a query's points become one OpenTelemetry ``Metric`` (:func:`to_metric`, which applies the
-  metric's ``scale``, e.g. millijoules to joules); a configured metric
-  that matched nothing is reported by name (:func:`missing_warning`).
+  metric's ``scale``, e.g. millijoules to joules); a configured metric that matched nothing is reported by name
+  (:mod:`otel_bridge.producers.window_report`).
 """
 
 from __future__ import annotations
@@ -602,26 +602,4 @@ def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindo
         query.key_name,
         [({**dict(p.group), **({STAT_ATTRIBUTE: p.stat} if p.stat else {})}, p.value * query.scale) for p in points],
         window,
-    )
-
-
-def missing_warning(
-    warn: RateLimitedLogger,
-    query: MetricQuery,
-    window: StepWindow,
-    why: str,
-    fix: str = "check its name and labels",
-) -> None:
-    """Log, rate-limited per metric, that a configured metric matched no series in this step, why, and what to do."""
-    what = query.name or query.promql or (f"ratio {query.ratio[0]} / {query.ratio[1]}" if query.ratio else "?")
-    matchers = f" with labels {dict(query.matchers)}" if query.matchers else ""
-    warn.warning(
-        f"missing:{query.key_name}",
-        "step %d: configured metric %s%s (metrics[%d]) matched no series: %s; %s",
-        window.step,
-        what,
-        matchers,
-        query.source_index,
-        why,
-        fix,
     )

@@ -18,7 +18,8 @@ evaluation timestamp), stored whole, and the next window starts from the evaluat
 (:meth:`otel_bridge.producers.promql.producer.PromQLProducer._rule_evaluations`), so the steps' deltas still add up to
 the run's increase exactly however late Prometheus stores its evaluations, and a target that restarted,
 appeared or disappeared is still re-read raw and its share replaced by its exact increase
-(:mod:`otel_bridge.producers.promql.plan`), both taken as far as the evaluations had its samples (:data:`COUNTED`:
+(:mod:`~otel_bridge.producers.promql._internal.sources.recording_rules`), both taken as far as the evaluations had
+its samples (:data:`COUNTED`:
 a scrape stamped before an evaluation may be stored after it ran, on a busy node or by remote write). The cost in
 exactness: a boundary lags by up to one rule interval more than with raw samples, more when samples or evaluations
 are stored late (reported in ``otel_bridge/boundary_lag_s``).

@@ -76,7 +76,8 @@ class ExactIncrease(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """What one tagged part of the union answers."""
+    """What one tagged part of the union answers (``source``: a part its window source reads itself, from the
+    answer's series tagged ``name``; :meth:`WindowPlan.read` leaves it out)."""
 
     kind: Literal[
         "stat",
@@ -89,8 +90,7 @@ class Part:
         "down",
         "unread",
         "present",
-        "rule_age",
-        "rule_reread",
+        "source",
     ]
     index: int = -1
     name: str = ""
@@ -114,8 +114,6 @@ class WindowAnswer:
     rule_times: dict[str, float] = field(default_factory=dict)
     """``{"start": t_rs, "end": t_re}``: the rule evaluations that stood for the boundaries (the recording rules'
     window source fills it in)."""
-    rule_ages: dict[str, float] = field(default_factory=dict)
-    rule_reread: set[Target] = field(default_factory=set)
 
 
 class CounterParts(Protocol):
@@ -273,11 +271,7 @@ class WindowPlan:
                 if answer.present is not None and target[1] in self.watched:
                     answer.present.add(target[1])
                 continue
-            if part.kind == "rule_age":
-                answer.rule_ages[part.name] = value
-                continue
-            if part.kind == "rule_reread":
-                answer.rule_reread.add(target)
+            if part.kind == "source":
                 continue
             query = self.queries[part.index]
             answer.answered.add(part.index)

@@ -284,13 +284,13 @@ class RuledWindow:
     def _rule_targets(self) -> None:
         start, end = self.rule_times["start"], self.rule_times["end"]
         for which, t in (("start", start), ("end", end)):
-            self.plan.add(f"rules/age/{which}", Part("rule_age", name=which), f"max({AGE} @ {at(t)})")
+            self.plan.add(f"rules/age/{which}", Part("source"), f"max({AGE} @ {at(t)})")
         # Over-flagging costs a replica's raw samples; missing a restart would cost exactness: the resets of the five
         # minutes before the start count too (a re-read target's share reaches back that far).
         resets = f"count_over_time({RESETS}[{promql.duration(end - start + LOOKBACK_S)}] @ {at(end)})"
         at_start, at_end = f"{PRESENT} @ {at(start)}", f"{PRESENT} @ {at(end)}"
         flags = f"({at_end} unless {at_start}) or ({at_start} unless {at_end}) or {resets}"
-        self.plan.add("rules/reread", Part("rule_reread"), f"group by ({TARGET_BY}) ({flags})")
+        self.plan.add("rules/reread", Part("source"), f"group by ({TARGET_BY}) ({flags})")
 
     def read(self, result: QueryResult) -> WindowAnswer:
         """The union's answer (:meth:`WindowPlan.read`), with the ruled queries' re-read targets and lag from the
@@ -298,10 +298,22 @@ class RuledWindow:
         answer = self.plan.read(result)
         answer.rule_times = dict(self.rule_times)
         if self.ruled:
-            self._read_rule_targets(answer)
+            ages: dict[str, float] = {}
+            reread: set[Target] = set()
+            for series in result.series:
+                tag = series.labels.get(TAG_LABEL, "")
+                if not series.samples or self.plan.parts.get(tag) != Part("source"):
+                    continue
+                if tag.startswith("rules/age/"):
+                    ages[tag.removeprefix("rules/age/")] = series.samples[-1][1]
+                elif tag == "rules/reread":
+                    reread.add(target_of(series.labels))
+            self._read_rule_targets(answer, ages, reread)
         return answer
 
-    def _read_rule_targets(self, answer: WindowAnswer) -> None:
+    def _read_rule_targets(self, answer: WindowAnswer, ages: Mapping[str, float], reread: set[Target]) -> None:
+        """The ruled queries' lag (``ages``: of the oldest sample each evaluation summed) and re-read targets
+        (``reread``), from the rules' per-target series."""
         times = answer.rule_times
         if "start" not in times or "end" not in times:
             # No rule evaluation stored within Prometheus' lookback of a boundary (the rules just started, or stopped):
@@ -314,12 +326,12 @@ class RuledWindow:
         assert window.start is not None
         for which, boundary in (("start", window.start), ("end", window.end)):
             # The samples an evaluation at t summed lie in [t - age, t]: the farther end of that span from the boundary.
-            oldest = times[which] - max(answer.rule_ages.get(which, 0.0), 0.0)
+            oldest = times[which] - max(ages.get(which, 0.0), 0.0)
             lag = max(abs(times[which] - boundary), abs(oldest - boundary))
             answer.lag_s = max(answer.lag_s or 0.0, lag)
-        if answer.rule_reread:
+        if reread:
             for index in self.ruled:
-                answer.reread.setdefault(index, set()).update(answer.rule_reread)
+                answer.reread.setdefault(index, set()).update(reread)
 
     def boundaries(self, index: int, answer: WindowAnswer) -> tuple[float, float]:
         """The times that stand for query ``index``'s window boundaries: the rule evaluations, or the window's own."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from otel_bridge.config import PrometheusConfig
-from otel_bridge.producers.promql._internal.connect import client_for
+from otel_bridge.producers.promql import client_for
 from otel_bridge.producers.promql._internal.store import VICTORIAMETRICS_MAX_QUERY_BYTES, detect_store
 from otel_bridge.prometheus.client import PrometheusClient
 from tests.conftest import Replica

@@ -43,7 +43,7 @@ from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql._internal.connect import client_for
+from otel_bridge.producers.promql import client_for
 from otel_bridge.producers.promql._internal.plan import WindowPlan
 from otel_bridge.producers.promql._internal.sources.exact_increase import exact_increases
 from otel_bridge.producers.promql._internal.store import VICTORIAMETRICS_FLUSH_S, detect_store

@@ -15,7 +15,7 @@ from otel_bridge.config import PrometheusConfig
 from otel_bridge.errors import PrometheusUnreachableError, ScrapeError
 from otel_bridge.http.attempt_deadline import GRACE_S
 from otel_bridge.http.transport import TransportOptions
-from otel_bridge.producers.promql._internal.connect import client_for
+from otel_bridge.producers.promql import client_for
 from otel_bridge.producers.scrape._internal.endpoint import MetricsEndpoint
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_vector, sequence
 

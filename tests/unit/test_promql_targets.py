@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql import PromQLProducer
-from otel_bridge.producers.promql._internal.connect import connect
+from otel_bridge.producers.promql import PromQLProducer, connect
 from otel_bridge.producers.promql._internal.targets import Schedule, schedule_of
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_success, prom_vector
 

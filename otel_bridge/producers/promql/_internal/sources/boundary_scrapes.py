@@ -40,10 +40,12 @@ class BoundaryScrapesSource:
         self._rest = rest
 
     def read(self, window: StepWindow, budget: ReadBudget) -> WindowReading:
-        """The scraped queries' statistics (within the budget), then the store's part of the window."""
+        """The store's part of the window once its samples are stored, the scraped queries' statistics (within the
+        budget: by then the boundary readings have had that long to come), then the store's answer."""
+        plan = self._rest.prepare(window)
         scraped = metrics_of(self._scraper.produce(budget.timeout_millis, window=window))
         answered = self._scraped & {metric.name for metric in scraped}
-        reading = self._rest.read(window, budget)
+        reading = self._rest.answer(plan)
         report = reading.report
         report.missing = [missing for missing in report.missing if missing.query.key_name not in answered]
         report.unread = None  # the boundary scrapes named them

@@ -41,6 +41,14 @@ class ExactIncreaseSource:
         """Ask the union once every sample of the window is stored."""
         return self._samples.read(window, budget)
 
+    def prepare(self, window: StepWindow) -> WindowPlan:
+        """The window's union, once every sample it asks for is stored (the first half of :meth:`read`)."""
+        return self._samples.prepare(window)
+
+    def answer(self, plan: WindowPlan) -> WindowReading:
+        """Ask ``plan``'s union (the second half of :meth:`read`)."""
+        return self._samples.answer(plan)
+
     def on_boundary(self, t: float) -> None:
         """Nothing to do: the store's samples are already there."""
 

@@ -76,9 +76,18 @@ class SamplesSource:
 
     def read(self, window: StepWindow, budget: ReadBudget) -> WindowReading:
         """Ask the union once every sample of the window is stored, re-read the targets that reset or appeared."""
+        return self.answer(self.prepare(window))
+
+    def prepare(self, window: StepWindow) -> WindowPlan:
+        """The window's union, once every sample it asks for is stored (the first half of :meth:`read`)."""
         reader = self._reader
         plan = reader.plan(window, self._counting, closing_s=reader.closing_s(), counters=self._counters)
         reader.wait_until_stored(plan.close_at)
+        return plan
+
+    def answer(self, plan: WindowPlan) -> WindowReading:
+        """Ask ``plan``'s union, re-read the targets that reset or appeared (the second half of :meth:`read`)."""
+        reader = self._reader
         answer = reader.ask(plan)
         reader.reread(plan, answer, reconcile)
         return reader.reading(plan, answer)

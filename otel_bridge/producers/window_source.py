@@ -2,10 +2,10 @@
 
 A producer keeps its lifecycle (start-up, the boundaries as they happen, shutdown) and, for each window, asks the one
 source it chose at start-up from what its store and setup allow (the PromQL wing's four: docs/architecture.md, The
-PromQL wing). A source answers with the window's metrics and its :class:`~otel_bridge.producers.window_report.
-WindowReport`; the producer has the report said (:class:`~otel_bridge.producers.window_report.WindowReporter`) and
-hands the metrics on. A source whose readings come from elsewhere (agents pushing them) fits as well: it waits for
-them within the :class:`ReadBudget` and reads them in :meth:`WindowSource.read`.
+PromQL wing). A source answers with the window's metrics and its report (:class:`WindowReport`); the producer has the
+report said (:class:`~otel_bridge.producers.window_report.WindowReporter`) and hands the metrics on. A source whose
+readings come from elsewhere (agents pushing them) fits as well: it waits for them within the :class:`ReadBudget`
+and reads them in :meth:`WindowSource.read`.
 """
 
 from __future__ import annotations

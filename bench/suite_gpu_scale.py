@@ -153,8 +153,7 @@ def generate(gpus: int, outdir: Path, anchor: float) -> History:
 def _producer(url: str, by: list[str]) -> Any:
     from otel_bridge.config import MetricConfig, PrometheusConfig
     from otel_bridge.producers import resolve_metrics
-    from otel_bridge.producers.promql import PromQLProducer
-    from otel_bridge.producers.promql.connect import connect
+    from otel_bridge.producers.promql import PromQLProducer, connect
 
     client = connect(PrometheusConfig(url=url))
     queries = resolve_metrics([MetricConfig(preset="dcgm", by=by)])

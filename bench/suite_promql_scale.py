@@ -332,7 +332,7 @@ def rule_history(dataset: Dataset, workdir: Path, promtool: str = "promtool") ->
     samples' scrapes are done. Also measured: one evaluation of the whole group at a window's end (the work
     Prometheus does every interval instead of at every step), as the sum of each rule's instant query.
     """
-    from otel_bridge.producers.promql.rules import rules_document, rules_for
+    from otel_bridge.producers.promql import rules_document, rules_for
     from otel_bridge.tools import write_rule_file
 
     home = dataset.blocks.parent / "rules"
@@ -374,7 +374,7 @@ def rule_history(dataset: Dataset, workdir: Path, promtool: str = "promtool") ->
 def rules_truth(dataset: Dataset, backend: Backend, steps: int) -> dict[str, Any]:
     """The truth of windows -1..steps-1 as the recording rules bound them: counters and histograms counted between
     the rule evaluations at or before each boundary (asked of Prometheus directly, outside the measured steps)."""
-    from otel_bridge.producers.promql.rules import PRESENT
+    from otel_bridge.producers.promql import PRESENT
 
     def evaluation(t: float) -> float:
         answer = requests.post(f"{backend.url}/api/v1/query", timeout=60,
@@ -408,7 +408,7 @@ def _queries() -> list[Any]:
 
 def _client(url: str, limits: str) -> Any:
     from otel_bridge.config import PrometheusConfig
-    from otel_bridge.producers.promql.connect import connect
+    from otel_bridge.producers.promql import connect
 
     return connect(PrometheusConfig(url=url, **(RAISED_LIMITS if limits == "raised" else {})))
 
@@ -443,8 +443,7 @@ def bridge_design(url: str, limits: str, *, rules: bool = False, boundary_sums: 
     from dataclasses import replace
 
     from otel_bridge.producers import metrics_of
-    from otel_bridge.producers.promql import PromQLProducer
-    from otel_bridge.producers.promql.store import detect_store
+    from otel_bridge.producers.promql import PromQLProducer, detect_store
     from otel_bridge.schema import STAT_ATTRIBUTE
 
     client = _client(url, limits)

@@ -28,6 +28,7 @@ from otel_bridge.errors import (
     ResponseTooLargeError,
     SampleLimitError,
     ScrapeError,
+    SourceError,
     StepOrderError,
     TrainingThreadError,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "SampleLimitError",
     "ScrapeError",
     "ScrapeProducer",
+    "SourceError",
     "StepOrderError",
     "StepRecord",
     "StepWindow",

@@ -45,7 +45,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
 from otel_bridge.config import BridgeConfig
-from otel_bridge.discovery import RolloutServers, TargetWatcher
+from otel_bridge.discovery import RolloutServers
 from otel_bridge.errors import BridgeClosedError, ConfigError, StepOrderError, TrainingThreadError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport
@@ -96,7 +96,6 @@ class Bridge:
     ) -> None:
         self.config = config
         self.health = Health()
-        self._watchers: list[TargetWatcher] = []
         self._warn = RateLimitedLogger(_log, config.delivery.warn_interval_s)
         self._trainer: threading.Thread | None = None  # the training thread (see _check_thread)
         self._trainer_lock = threading.Lock()
@@ -119,14 +118,13 @@ class Bridge:
                 self._producers = producers
             else:
                 with instrumentation_suppressed():  # start-up queries and scrapes are the bridge's own I/O too
-                    built = build_producers(config, self.health, rollout_servers)
-                self._producers, self._watchers = built.producers, built.watchers
+                    self._producers = build_producers(config, self.health, rollout_servers)
             self._infra = InfraDeadline(delivery.produce_timeout_s)
-            degrade = config.startup == "degrade"  # start-up checks then get at most the sources' timeout_s
-            start_sources(
+            start_sources(  # startup: degrade gives the checks at most the sources' timeout_s
                 self._infra,
                 [p.start for p in self._producers if isinstance(p, ProducerLifecycle)],
-                _startup_timeout(config) if degrade else None,
+                degrade=config.startup == "degrade",
+                timeout_s=_startup_timeout(config),
             )
             resource = build_resource(config.otel, self.run_dir.name)
             self._extra = build_extra_readers(config.otel)
@@ -155,8 +153,6 @@ class Bridge:
             )
             self._provider = attach_readers([self.reader, *self._extra.readers], resource, self.health, meter_provider)
             self.meter_provider = self._provider.provider
-            for watcher in self._watchers:
-                watcher.start()
         except BaseException:
             self._close_producers()
             if hasattr(self, "_provider"):
@@ -502,8 +498,6 @@ class Bridge:
             _log.error("otel-bridge: at exit, not every record was delivered: %s", report)
 
     def _close_producers(self) -> None:
-        for watcher in self._watchers:
-            watcher.close()
         for producer in getattr(self, "_producers", []):
             if isinstance(producer, ProducerLifecycle):
                 producer.close()

@@ -5,15 +5,16 @@ Hierarchy::
     OtelBridgeError
     ├── ConfigError                 bad configuration (raised at start-up)
     │   └── QueryTooLongError            a part of a step's query is longer than the store accepts
-    ├── PrometheusError             talking to the Prometheus HTTP API
-    │   ├── PrometheusUnreachableError   connection refused / timed out (after retries)
-    │   ├── PrometheusAPIError           Prometheus answered ``status: error`` (errorType/error)
-    │   ├── PrometheusResponseError      the answer is not the Prometheus JSON API (HTML, truncated, ...)
-    │   └── ResponseTooLargeError        the body exceeded the configured cap
-    ├── ScrapeError                 reading a ``/metrics`` endpoint
+    ├── SourceError                 an infrastructure source could not be read (``startup`` decides at start-up)
+    │   ├── PrometheusError             talking to the Prometheus HTTP API
+    │   │   ├── PrometheusUnreachableError   connection refused / timed out (after retries)
+    │   │   ├── PrometheusAPIError           Prometheus answered ``status: error`` (errorType/error)
+    │   │   ├── PrometheusResponseError      the answer is not the Prometheus JSON API (HTML, truncated, ...)
+    │   │   └── ResponseTooLargeError        the body exceeded the configured cap
+    │   ├── ScrapeError                 reading a ``/metrics`` endpoint
+    │   └── DiscoveryError              Prometheus / scrape targets could not be found (lists what was tried)
     ├── ExpositionParseError        text exposition that cannot be parsed
     │   └── SampleLimitError             more samples of the configured metrics than scrape.max_series
-    ├── DiscoveryError              Prometheus / scrape targets could not be found (lists what was tried)
     ├── BackendError                a tracker backend failed
     ├── StepOrderError              steps logged out of order, or to a step already recorded
     ├── InvalidStepError            a step that is not an integer, or too large to be stored exactly
@@ -85,7 +86,13 @@ class ConfigError(OtelBridgeError, ValueError):
     """The configuration is invalid. The message names the key and what is allowed."""
 
 
-class PrometheusError(OtelBridgeError):
+class SourceError(OtelBridgeError):
+    """An infrastructure source could not be read (Prometheus, a ``/metrics`` endpoint): what a producer reports
+    when it cannot reach what it reads. At start-up the bridge decides what follows (``startup``: strict raises it,
+    degrade starts without the source's metrics until it answers)."""
+
+
+class PrometheusError(SourceError):
     """A request to the Prometheus HTTP API failed."""
 
     def __init__(self, message: str, *, url: str | None = None) -> None:
@@ -142,7 +149,7 @@ class QueryTooLongError(ConfigError):
         self.limit_bytes = limit_bytes
 
 
-class ScrapeError(OtelBridgeError):
+class ScrapeError(SourceError):
     """A ``/metrics`` endpoint could not be read."""
 
     def __init__(self, message: str, *, url: str | None = None) -> None:
@@ -162,7 +169,7 @@ class SampleLimitError(ExpositionParseError):
         self.limit = limit
 
 
-class DiscoveryError(OtelBridgeError):
+class DiscoveryError(SourceError):
     """Discovery found nothing usable. ``tried`` lists each source tried and what it found."""
 
     def __init__(self, message: str, *, tried: list[str] | None = None) -> None:

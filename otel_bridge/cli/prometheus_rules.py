@@ -32,7 +32,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Write the rule file for the config's metrics."""
     from otel_bridge.producers import resolve_metrics
-    from otel_bridge.producers.promql.rules import counting, rules_document
+    from otel_bridge.producers.promql import counting, rules_document
     from otel_bridge.tools import write_rule_file
 
     config = load_chosen_config(args)

@@ -13,7 +13,7 @@ instead of its Prometheus name. The trainer's instruments reach Prometheus throu
 them, and the bridge queries the name the collector gives them (:mod:`otel_bridge.prometheus_names`), summed over
 every rank that pushes them. The entry mirrors the exporter's naming settings, or Prometheus 3's ``otlp:
 translation_strategy`` when the trainer pushes to its OTLP receiver; the two UTF-8 strategies keep dots, which the
-PromQL path checks against the store at start-up (:mod:`otel_bridge.producers.promql.checks`).
+PromQL path checks against the store at start-up (:func:`otel_bridge.producers.promql.check_names`).
 
 otelcol-contrib v0.136.0's ``prometheusremotewrite`` exporter has ``add_metric_suffixes`` only (``translation_strategy``
 came to it in 2026, contrib PR #47714); its ``prometheus`` exporter also has ``translation_strategy`` (since v0.132.0:

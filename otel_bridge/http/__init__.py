@@ -1,7 +1,7 @@
 """The bridge's one HTTP transport: whole-request attempt deadlines, body caps, TLS and credentials that never show.
 
 The PromQL client (:mod:`otel_bridge.prometheus.client`) and the scrape endpoints
-(:mod:`otel_bridge.producers.scrape.endpoint`) both send their requests through :class:`~.transport.Transport`:
+(:class:`otel_bridge.producers.scrape.MetricsEndpoint`) both send their requests through :class:`~.transport.Transport`:
 
 - :mod:`otel_bridge.http.transport`: :class:`~.transport.Transport`, retries, the body cap, failures as reasons;
 - :mod:`otel_bridge.http.attempt_deadline`: a deadline over each whole attempt (connect to last body byte);

@@ -1,6 +1,6 @@
-"""Building the pipeline from configuration: the producers that read the infrastructure, their target watchers, and
-the tracker backends. :class:`~otel_bridge.bridge.Bridge` calls these once, at start-up; everything that can fail here
-fails before a tracker run is created.
+"""Building the pipeline from configuration: the producers that read the infrastructure (each owning whatever keeps
+its targets current) and the tracker backends. :class:`~otel_bridge.bridge.Bridge` calls these once, at start-up;
+everything that can fail here fails before a tracker run is created.
 """
 
 from __future__ import annotations
@@ -9,17 +9,11 @@ import logging
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from otel_bridge.config import AUTO, BridgeConfig
-from otel_bridge.discovery import (
-    RolloutServers,
-    TargetWatcher,
-    ray_service_discovery_targets,
-    rollout_targets,
-)
-from otel_bridge.errors import ConfigError, DiscoveryError
+from otel_bridge.discovery import RolloutServers, ray_service_discovery_targets, rollout_targets
+from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.health import Health
@@ -27,40 +21,28 @@ from otel_bridge.http.credentials import tls_arguments
 from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.base import MetricProducer
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql import PromQLProducer
-from otel_bridge.producers.promql.connect import connect
-from otel_bridge.producers.scrape import ScrapeProducer
-from otel_bridge.producers.scrape.process import ScrapeProcess, Scraper
+from otel_bridge.producers.promql import PromQLProducer, connect
+from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer, Scraper, WatchedScraper
 
 _log = logging.getLogger(__name__)
 
 
-@dataclass
-class Producers:
-    """What :func:`build_producers` made: the producers, and the watchers that keep discovered targets current
-    (started by the caller once everything else is built)."""
-
-    producers: list[MetricProducer] = field(default_factory=list)
-    watchers: list[TargetWatcher] = field(default_factory=list)
-
-
-def build_producers(config: BridgeConfig, health: Health, rollout_servers: RolloutServers | None = None) -> Producers:
-    """The producers ``config`` asks for: a :class:`PromQLProducer` (``source: promql``), a :class:`ScrapeProducer`
-    (``source: scrape``), or none when no metrics or no source are configured.
-
-    Raises the start-up errors of ``startup: strict`` (unreachable Prometheus, no targets found...).
-    """
+def build_producers(
+    config: BridgeConfig, health: Health, rollout_servers: RolloutServers | None = None
+) -> list[MetricProducer]:
+    """The producers ``config`` asks for: a :class:`PromQLProducer` (``source: promql``), a scrape producer
+    (``source: scrape``), or none when no metrics or no source are configured. Nothing is contacted yet: their
+    ``start()`` does that (and the bridge's ``startup`` decides what a source that cannot be reached means)."""
     queries = resolve_metrics(config.metrics, config.roles, config.max_groups)
     source = config.resolved_source()
     if not queries or source is None:
-        return Producers()
-    strict = config.startup == "strict"
+        return []
     if source == "promql":
-        return Producers([_promql_producer(config, health, queries, strict)])
-    return _scrape_producers(config, health, queries, rollout_servers, strict)
+        return [_promql_producer(config, health, queries)]
+    return [_scrape_producer(config, health, queries, rollout_servers)]
 
 
-def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQuery], strict: bool) -> PromQLProducer:
+def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQuery]) -> PromQLProducer:
     prom = config.prometheus
     assert prom.url is not None
     client = connect(prom)
@@ -68,7 +50,7 @@ def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQ
     tls = scrape_tls(config) if prom.boundary != "samples" else None  # checked now: a bad scrape.tls fails at start
 
     def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> Scraper:
-        return scrape_producer(config, health, urls, counting, strict=True, discovered=False, tls=tls)
+        return scrape_producer(config, health, urls, counting, discovered=False, tls=tls)
 
     return PromQLProducer(
         client,
@@ -81,7 +63,6 @@ def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQ
         refresh_interval_s=config.scrape.refresh_interval_s,
         health=health,
         warn_interval_s=config.delivery.warn_interval_s,
-        strict=strict,
     )
 
 
@@ -115,7 +96,6 @@ def scrape_producer(
     targets: Sequence[str],
     queries: Sequence[MetricQuery],
     *,
-    strict: bool,
     discovered: bool,
     tls: TLSArguments | None = None,
 ) -> Scraper:
@@ -126,7 +106,6 @@ def scrape_producer(
         targets,
         queries,
         health=health,
-        strict=strict,
         discovered=discovered,
         transport=scrape_transport(config, tls),
         sample_interval_s=scrape.sample_interval_s,
@@ -136,44 +115,32 @@ def scrape_producer(
     )
 
 
-def _scrape_producers(
+def _scrape_producer(
     config: BridgeConfig,
     health: Health,
     queries: list[MetricQuery],
     rollout_servers: RolloutServers | None,
-    strict: bool,
-) -> Producers:
+) -> MetricProducer:
     scrape = config.scrape
     static = config.scrape_targets
     registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
     discovered = scrape.targets == AUTO
-    producer = scrape_producer(config, health, [*static, *registered], queries, strict=strict, discovered=discovered)
+    producer = scrape_producer(config, health, [*static, *registered], queries, discovered=discovered)
     if not discovered:
-        return Producers([producer])
+        return producer
 
     def resolve() -> list[str]:
         found = ray_service_discovery_targets(scrape.ray_service_discovery_file, temp_dir=scrape.ray_temp_dir)
         again = rollout_targets(rollout_servers) if rollout_servers is not None else []
         return sorted({*found, *again, *static})
 
-    try:
-        initial = resolve()
-    except DiscoveryError:
-        if strict:
-            producer.close()
-            raise
-        _log.warning("scrape targets not found yet; retrying every %.0fs", scrape.refresh_interval_s)
-        initial = []
-    producer.set_targets(initial)
-    watcher = TargetWatcher(
+    return WatchedScraper(
+        producer,
         resolve,
-        producer.set_targets,
         interval_s=scrape.refresh_interval_s,
-        initial=initial,
         name="scrape targets",
         warn_interval_s=config.delivery.warn_interval_s,
     )
-    return Producers([producer], [watcher])
 
 
 def create_backends(config: BridgeConfig, run_dir: Path) -> list[Backend]:

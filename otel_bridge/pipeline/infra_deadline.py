@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from otel_bridge.errors import SourceError
 from otel_bridge.suppression import instrumentation_suppressed, suppressing
 
 T = TypeVar("T")
@@ -78,17 +79,37 @@ class InfraDeadline:
                 self._wake.set()
 
 
-def start_sources(infra: InfraDeadline, starts: Sequence[Callable[[], None]], timeout_s: float | None) -> None:
-    """Run the producers' start-up checks (``starts``), with instrumentation suppressed: inline when ``timeout_s`` is
-    ``None`` (``startup: strict``), else on ``infra``'s thread for at most ``timeout_s`` (``startup: degrade``), after
-    which the bridge starts and the steps skip the readings until the checks have finished."""
+def start_sources(
+    infra: InfraDeadline, starts: Sequence[Callable[[], None]], *, degrade: bool, timeout_s: float
+) -> None:
+    """Run the producers' start-up checks (``starts``) with instrumentation suppressed; the one place where
+    ``startup`` decides what a source that cannot be reached means.
+
+    ``startup: strict`` (``degrade`` false): inline, and a producer's :class:`~otel_bridge.errors.SourceError` (it
+    could not reach Prometheus or its targets) is raised to the caller. ``startup: degrade``: on ``infra``'s thread
+    for at most ``timeout_s``, after which the bridge starts and the steps skip the readings until the checks have
+    finished; a producer's :class:`~otel_bridge.errors.SourceError` is logged and the others start (each producer
+    retries at every step until it answers). A :class:`~otel_bridge.errors.ConfigError` raises in both.
+    """
+
+    def start(each: Callable[[], None]) -> None:
+        try:
+            each()
+        except SourceError as exc:
+            if not degrade:
+                raise
+            _log.warning(
+                "otel-bridge: an infrastructure source is not usable at start-up (%s); running without its metrics "
+                "until it answers, retrying at every step (startup: degrade)",
+                exc,
+            )
 
     def start_all() -> bool:
-        for start in starts:
-            start()
+        for each in starts:
+            start(each)
         return True
 
-    if timeout_s is None or not starts:
+    if not degrade or not starts:
         with instrumentation_suppressed():
             start_all()
     elif infra.run(start_all, timeout_s) is None:

@@ -15,8 +15,8 @@ a metric kind takes are named in :mod:`otel_bridge.window`.
   statistic per series, then are combined across series with the configured aggregation (``sum``/``mean``/``max``/
   ``min``) (:func:`compute_stats`).
 - **Into a record**: a query's points become one OpenTelemetry ``Metric`` (:func:`to_metric`, which applies the
-  metric's ``scale``, e.g. millijoules to joules); a configured metric
-  that matched nothing is reported by name (:func:`missing_warning`).
+  metric's ``scale``, e.g. millijoules to joules); a configured metric that matched nothing is reported by name
+  (:mod:`otel_bridge.producers.window_report`).
 """
 
 from __future__ import annotations
@@ -659,28 +659,6 @@ def combine_histogram_means(means: Sequence[float], counts: Sequence[float]) -> 
     without observations."""
     total = math.fsum(counts)
     return math.fsum(m * c for m, c in zip(means, counts, strict=True)) / total if total > 0 else None
-
-
-def missing_warning(
-    warn: RateLimitedLogger,
-    query: MetricQuery,
-    window: StepWindow,
-    why: str,
-    fix: str = "check its name and labels",
-) -> None:
-    """Log, rate-limited per metric, that a configured metric matched no series in this step, why, and what to do."""
-    what = query.name or query.promql or (f"ratio {query.ratio[0]} / {query.ratio[1]}" if query.ratio else "?")
-    matchers = f" with labels {dict(query.matchers)}" if query.matchers else ""
-    warn.warning(
-        f"missing:{query.key_name}",
-        "step %d: configured metric %s%s (%s) matched no series: %s; %s",
-        window.step,
-        what,
-        matchers,
-        query.entry,
-        why,
-        fix,
-    )
 
 
 def combine_window_metrics(occurrences: Sequence[tuple[float, Sequence[Metric]]], window: StepWindow) -> list[Metric]:

@@ -3,8 +3,8 @@
 A :class:`PrometheusClient` takes plain arguments: the base URL, the
 :class:`~otel_bridge.http.transport.TransportOptions` its requests go out with (retries of transient failures with
 backoff, a deadline per attempt, a capped body read, TLS and credentials) and the caps on an answer. It knows nothing of
-the configuration: :func:`otel_bridge.producers.promql.connect.client_for` builds one from the ``prometheus`` section
-(and :func:`~otel_bridge.producers.promql.connect.connect` also resolves ``url: auto``). Every failure becomes a typed
+the configuration: :func:`otel_bridge.producers.promql.client_for` builds one from the ``prometheus`` section
+(and :func:`~otel_bridge.producers.promql.connect` also resolves ``url: auto``). Every failure becomes a typed
 error from :mod:`otel_bridge.errors` whose message names the URL and the config key to change, and never contains
 credentials.
 

@@ -115,7 +115,7 @@ def selector(metric: str, matchers: Mapping[str, str] | None = None, *, utf8: bo
     With ``utf8`` (an ``otlp:`` entry whose translation strategy keeps dots: ``NoUTF8EscapingWithSuffixes``,
     ``NoTranslation``) a name outside the classic grammar is a UTF-8 name and is quoted inside the braces,
     ``{"trainer.tokens_total",a="b"}``, which only a store with UTF-8 names (Prometheus 3) parses;
-    :func:`otel_bridge.producers.promql.checks.check_names` refuses such entries on any other store at start-up.
+    :func:`otel_bridge.producers.promql.check_names` refuses such entries on any other store at start-up.
     """
     given = matchers or {}
     inner = [f"{validate_label_name(label)}={quote_label_value(given[label])}" for label in sorted(given)]
@@ -193,7 +193,7 @@ def regex_alternation(names: Sequence[str], *, utf8: bool = False) -> str:
     """Quoted RE2 alternation of metric names for a ``{__name__=~...}`` matcher: ``"a|b|c"``.
 
     Every name is validated as a metric name and regex-escaped. With ``utf8`` (names of resolved queries, which the
-    configuration and :func:`otel_bridge.producers.promql.checks.check_names` have already checked) a name may also be
+    configuration and :func:`otel_bridge.producers.promql.check_names` have already checked) a name may also be
     a UTF-8 name such as ``trainer.tokens_total``: a matcher's value parses on every store. Raises
     :class:`ConfigError` for an empty sequence or an invalid name.
     """

@@ -19,7 +19,7 @@ import pytest
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.cli.doctor.prometheus import POLL_S, STARTUP_S, check_prometheus_targets, settled_targets
 from otel_bridge.config import PrometheusConfig
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
 from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
 from tests.conftest import Replica
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer

@@ -150,7 +150,7 @@ def test_bridge_rules_sum_last_samples_and_flag_restarted_targets(tmp_path: Path
     series' last samples summed, b flagged by the resets rule, both present, and the age of the oldest last sample."""
     from otel_bridge.config import MetricConfig
     from otel_bridge.producers.metric_set import resolve_metrics
-    from otel_bridge.producers.promql.rules import AGE, PRESENT, RESETS, counting, sum_rule
+    from otel_bridge.producers.promql._internal.rules import AGE, PRESENT, RESETS, counting, sum_rule
 
     queries = [q for q in resolve_metrics([MetricConfig(preset="vllm")]) if counting(q)]
     series, cases = [], []

@@ -76,7 +76,7 @@ from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql.rules import rules_document
+from otel_bridge.producers.promql._internal.rules import rules_document
 from tests.conftest import Replica
 from tests.helpers.cpu_load import CPULoad
 from tests.helpers.logs import LogRecords

@@ -15,9 +15,8 @@ from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql import PromQLProducer
-from otel_bridge.producers.promql.connect import connect
-from otel_bridge.producers.promql.rules import counting, find_rules
+from otel_bridge.producers.promql import PromQLProducer, connect
+from otel_bridge.producers.promql._internal.rules import counting, find_rules
 from tests.conftest import Replica
 from tests.deploy.support import RULES_DIR
 from tests.helpers.prometheus_server import PrometheusServer

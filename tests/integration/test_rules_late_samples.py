@@ -22,7 +22,7 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql.rules import rules_document
+from otel_bridge.producers.promql._internal.rules import rules_document
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.remote_write import push
 

@@ -22,9 +22,9 @@ from opentelemetry.sdk.metrics.export import NumberDataPoint
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
+from otel_bridge.producers.promql._internal.store import detect_store
 from otel_bridge.producers.promql.producer import PromQLProducer
-from otel_bridge.producers.promql.store import detect_store
 from otel_bridge.window import StepWindow
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.remote_write import push

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from otel_bridge.config import PrometheusConfig
-from otel_bridge.producers.promql.connect import client_for
-from otel_bridge.producers.promql.store import VICTORIAMETRICS_MAX_QUERY_BYTES, detect_store
+from otel_bridge.producers.promql import client_for
+from otel_bridge.producers.promql._internal.store import VICTORIAMETRICS_MAX_QUERY_BYTES, detect_store
 from otel_bridge.prometheus.client import PrometheusClient
 from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer

@@ -29,6 +29,7 @@ start-up with an error that says what to change.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -42,9 +43,10 @@ from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql.connect import client_for
-from otel_bridge.producers.promql.plan import WindowPlan
-from otel_bridge.producers.promql.store import VICTORIAMETRICS_FLUSH_S, detect_store
+from otel_bridge.producers.promql import client_for
+from otel_bridge.producers.promql._internal.plan import WindowPlan
+from otel_bridge.producers.promql._internal.sources.exact_increase import exact_increases
+from otel_bridge.producers.promql._internal.store import VICTORIAMETRICS_FLUSH_S, detect_store
 from otel_bridge.window import StepWindow
 from tests.conftest import Replica
 from tests.helpers.victoriametrics import Importer, VictoriaMetricsServer
@@ -237,7 +239,9 @@ def test_the_split_store_gets_every_step_in_several_parts() -> None:
             closing_s=INTERVAL_S + 0.1,
             report_unread=True,
             watched=["127.0.0.1:65000"],
-            exact_increase=lambda sel, length, at, present=None: f"increase({sel}[{length}] @ {at})",
+            counters=functools.partial(
+                exact_increases, exact=lambda sel, length, at, present=None: f"increase({sel}[{length}] @ {at})"
+            ),
         )
         parts = plan.expressions(SPLIT_LEN)
         assert plan.expression is not None

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from otel_bridge import __version__
-from otel_bridge.producers.promql.plan import TAG_LABEL
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL
 from tests.cli.support import run_cli, write_config
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, free_port, prom_vector
 

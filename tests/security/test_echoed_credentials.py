@@ -16,7 +16,7 @@ import pytest
 
 from otel_bridge import BridgeConfig
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, json_response
 
 pytestmark = pytest.mark.integration

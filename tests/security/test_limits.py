@@ -13,7 +13,7 @@ import requests
 
 from otel_bridge import Bridge, BridgeConfig, ConfigError, ResponseTooLargeError
 from otel_bridge.config import PrometheusConfig
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
 from tests.conftest import Replica
 from tests.helpers.http_servers import (
     RecordedRequest,

@@ -9,7 +9,7 @@ import pytest
 
 from otel_bridge import BridgeConfig
 from otel_bridge.errors import ResponseTooLargeError
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
 from otel_bridge.prometheus.client import PrometheusClient
 from tests.helpers.http_servers import Response, ScriptedHTTPServer
 

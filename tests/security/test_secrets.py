@@ -19,7 +19,7 @@ import pytest
 
 from otel_bridge import Bridge, BridgeConfig, ConfigError
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 TOKEN = "tok-3f9a-SECRET-bearer"

@@ -9,8 +9,8 @@ import pytest
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql.checks import check_names
-from otel_bridge.producers.promql.store import Store
+from otel_bridge.producers.promql._internal.checks import check_names
+from otel_bridge.producers.promql._internal.store import Store
 
 PROM = {"url": "http://prometheus:9090"}
 TOKENS = {"name": "trainer.tokens", "unit": "{token}", "instrument": "counter"}

@@ -10,7 +10,8 @@ import pytest
 from otel_bridge.config import BridgeConfig, MetricConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql.plan import TAG_LABEL, WindowPlan
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowPlan
+from otel_bridge.producers.promql._internal.sources.samples import boundary_sums
 from otel_bridge.producers.statistics import RawSeries, compute_stats, idle_seconds, to_metric
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.window import StepWindow
@@ -167,7 +168,15 @@ def test_roles_group_gpus_by_what_they_serve_named_once_by_host_and_gpu_index() 
 
 def test_the_promql_plan_gives_each_series_its_roles_as_the_scrape_path_does() -> None:
     gauge, counter = role_query(), role_query("counter")
-    plan = WindowPlan([gauge, counter], WINDOW, increase_queries=[1], pad_s=2.0, closing_s=0.0, report_down=False)
+    plan = WindowPlan(
+        [gauge, counter],
+        WINDOW,
+        increase_queries=[1],
+        pad_s=2.0,
+        closing_s=0.0,
+        counters=boundary_sums,
+        report_down=False,
+    )
     expr = plan.expression
     assert expr is not None
 

@@ -15,8 +15,8 @@ from otel_bridge.config import PrometheusConfig
 from otel_bridge.errors import PrometheusUnreachableError, ScrapeError
 from otel_bridge.http.attempt_deadline import GRACE_S
 from otel_bridge.http.transport import TransportOptions
-from otel_bridge.producers.promql.connect import client_for
-from otel_bridge.producers.scrape.endpoint import MetricsEndpoint
+from otel_bridge.producers.promql import client_for
+from otel_bridge.producers.scrape._internal.endpoint import MetricsEndpoint
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_vector, sequence
 
 TRICKLE_S = 2.0  # one byte every 2 s: each read returns well within any read timeout above it

@@ -92,15 +92,15 @@ def test_the_public_api_importing_tools_breaks_the_root_contract(tmp_path: Path)
 
 
 def test_an_import_cycle_breaks_the_no_cycles_contract(tmp_path: Path) -> None:
-    # producer.py imports plan.py; plan.py importing producer.py closes a cycle inside producers/promql/
+    # producer.py imports _internal/; _internal/plan.py importing producer.py closes a cycle inside producers/promql/
     result, lines = lint_a_copy_with(
-        tmp_path, "producers/promql/plan.py", "from otel_bridge.producers.promql import producer  # noqa"
+        tmp_path, "producers/promql/_internal/plan.py", "from otel_bridge.producers.promql import producer  # noqa"
     )
     assert broken(lines, "No import cycle"), result.stdout
     assert not broken(lines, "Layers:"), result.stdout
     assert not broken(lines, "Producers:"), result.stdout
     assert "No cycles are allowed in otel_bridge.producers.promql." in lines, result.stdout
-    assert "- .plan -> .producer (1 import)" in lines, result.stdout
+    assert "- ._internal -> .producer (1 import)" in lines, result.stdout
 
 
 def test_the_command_line_importing_a_module_inside_a_package_breaks_the_faces_contract(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.rules import sum_rule
+from otel_bridge.producers.promql._internal.rules import sum_rule
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus_names import STRATEGIES, Instrument, is_classic_name, prometheus_name, prometheus_series
 

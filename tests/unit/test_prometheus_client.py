@@ -23,7 +23,7 @@ from otel_bridge.errors import (
     PrometheusUnreachableError,
     ResponseTooLargeError,
 )
-from otel_bridge.producers.promql.connect import client_for
+from otel_bridge.producers.promql import client_for
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.prometheus.client import PrometheusClient
 from tests.helpers.http_servers import (

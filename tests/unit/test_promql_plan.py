@@ -6,7 +6,8 @@ import pytest
 
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowPlan
+from otel_bridge.producers.promql._internal.sources.samples import boundary_sums, summed_share
 from otel_bridge.producers.statistics import RawSeries
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.prometheus.promql import parse_duration, value_alternation
@@ -20,7 +21,7 @@ WINDOW = StepWindow(step=3, start=1000.0, end=1010.0)
 
 
 def plan(window: StepWindow = WINDOW) -> WindowPlan:
-    return WindowPlan(QUERIES, window, increase_queries=[1, 2], pad_s=2.0, closing_s=1.5)
+    return WindowPlan(QUERIES, window, increase_queries=[1, 2], pad_s=2.0, closing_s=1.5, counters=boundary_sums)
 
 
 def series(tag: str, value: float, **labels: str) -> PromSeries:
@@ -49,7 +50,7 @@ def test_the_last_window_is_closed_by_the_first_sample_after_its_end() -> None:
     assert expr is not None
     assert final.close_at == 1011.5
     assert "min_over_time(vllm:generation_tokens_total[1500ms] @ 1011.500)" in expr
-    reread = final.reread_expression({("rollout", "127.0.0.1:8000")}, WindowAnswer())
+    reread = final.reread_expression({("rollout", "127.0.0.1:8000")})
     assert reread == (
         '{__name__=~"vllm:generation_tokens_total|vllm:ttft_seconds_bucket|vllm:ttft_seconds_count|'
         'vllm:ttft_seconds_sum", instance=~"127\\\\.0\\\\.0\\\\.1:8000"}[311500ms]'
@@ -60,7 +61,12 @@ def test_the_last_window_without_known_targets_ends_at_its_end() -> None:
     """Series that arrive by remote write (no scrape target: closing_s 0) have no later sample to wait for: the last
     window is read at its end, as the others (it used to ask for a 0 s range, which PromQL refuses)."""
     final = WindowPlan(
-        QUERIES, StepWindow(3, 1000.0, 1010.0, final=True), increase_queries=[1, 2], pad_s=2.0, closing_s=0
+        QUERIES,
+        StepWindow(3, 1000.0, 1010.0, final=True),
+        increase_queries=[1, 2],
+        pad_s=2.0,
+        closing_s=0,
+        counters=boundary_sums,
     )
     assert final.close_at == 1010.0
     assert final.expression is not None
@@ -115,7 +121,13 @@ def test_watched_instances_are_asked_whether_prometheus_still_scrapes_them() -> 
     assert "present" not in plan().parts
     assert plan().read(QueryResult(result_type="vector", series=())).present is None
     watching = WindowPlan(
-        QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.5, watched=["127.0.0.1:8002", "a|b", ""]
+        QUERIES,
+        WINDOW,
+        increase_queries=[1, 2],
+        pad_s=2.0,
+        closing_s=1.5,
+        counters=boundary_sums,
+        watched=["127.0.0.1:8002", "a|b", ""],
     )
     assert watching.watched == ["127.0.0.1:8002", "a|b"]
     assert watching.expression is not None
@@ -157,8 +169,8 @@ def test_a_reread_series_share_of_the_sums_mirrors_the_parts() -> None:
     sample in (start - pad, start]; for a final window the smallest sample in (end, close_at] closes it."""
     samples = [(997.0, 10.0), (999.0, 12.0), (1004.0, 2.0), (1009.0, 5.0), (1010.5, 6.0), (1011.0, 7.0)]
     raw = RawSeries("vllm:generation_tokens_total", {"instance": "a"}, samples)
-    assert plan().summed_share(1, raw, WindowAnswer()) == (("vllm:generation_tokens_total", ()), 5.0 - 12.0)
+    assert summed_share(plan(), 1, raw) == (("vllm:generation_tokens_total", ()), 5.0 - 12.0)
     final = plan(StepWindow(step=3, start=1000.0, end=1010.0, final=True))
-    assert final.summed_share(1, raw, WindowAnswer()) == (("vllm:generation_tokens_total", ()), 6.0 - 12.0)
+    assert summed_share(final, 1, raw) == (("vllm:generation_tokens_total", ()), 6.0 - 12.0)
     late = RawSeries("vllm:generation_tokens_total", {"instance": "b"}, [(1005.0, 3.0), (1009.0, 4.0)])
-    assert plan().summed_share(1, late, WindowAnswer()) == (("vllm:generation_tokens_total", ()), 4.0)
+    assert summed_share(plan(), 1, late) == (("vllm:generation_tokens_total", ()), 4.0)

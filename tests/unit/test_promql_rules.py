@@ -6,8 +6,8 @@ from typing import Any
 
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql.plan import TAG_LABEL, RuleView, WindowAnswer, WindowPlan
-from otel_bridge.producers.promql.rules import (
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql._internal.rules import (
     AGE,
     COUNTED,
     GROUP,
@@ -18,6 +18,8 @@ from otel_bridge.producers.promql.rules import (
     rules_document,
     rules_for,
 )
+from otel_bridge.producers.promql._internal.sources.recording_rules import RuledWindow, RuleView, unruled
+from otel_bridge.producers.promql._internal.sources.samples import boundary_sums
 from otel_bridge.producers.statistics import RawSeries
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.window import StepWindow
@@ -102,12 +104,15 @@ def test_changed_or_missing_rules_are_named_and_their_queries_read_raw() -> None
     assert PRESENT in fewer[1]
 
 
-def ruled_plan(window: StepWindow = WINDOW, times: dict[str, float] | None = None) -> WindowPlan:
+def ruled_plan(window: StepWindow = WINDOW, times: dict[str, float] | None = None) -> RuledWindow:
     """A plan over :data:`QUERIES` read through the rules at the evaluations ``times`` (by default each boundary's
     own time); ``{}``: before they are known."""
     ruleset, _ = find_rules(QUERIES, loaded(QUERIES, interval=5.0))
     assert ruleset is not None
-    plan = WindowPlan(QUERIES, window, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, rules=ruleset)
+    counters = unruled(ruleset, boundary_sums)
+    plan = RuledWindow(
+        WindowPlan(QUERIES, window, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, counters=counters), ruleset
+    )
     assert window.start is not None
     plan.at_rule_evaluations({"start": window.start, "end": plan.close_at} if times is None else times)
     return plan
@@ -181,7 +186,7 @@ def test_reading_a_ruled_answer_takes_the_lag_and_rereads_from_the_rule_series()
     assert answer.reread == {i: {("rollout", "10.0.0.7:8000")} for i in (1, 2, 3)}
     assert plan.boundaries(1, answer) == (997.0, 1008.0)
     assert plan.exact_window(1, answer) == StepWindow(3, 997.0, 1008.0)
-    reread = plan.reread_expression({("rollout", "10.0.0.7:8000")}, answer)
+    reread = plan.reread_expression({("rollout", "10.0.0.7:8000")})
     assert reread is not None
     assert reread.endswith("[313s]")
 
@@ -207,7 +212,10 @@ def test_without_a_rule_evaluation_near_a_boundary_the_ruled_queries_are_not_ans
 
 def test_a_ruleset_covering_some_queries_leaves_the_others_on_raw_series() -> None:
     ruleset = RuleSet({1: ("otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",)}, 5.0, 0.0)
-    plan = WindowPlan(QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.0, rules=ruleset)
+    counters = unruled(ruleset, boundary_sums)
+    plan = RuledWindow(
+        WindowPlan(QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.0, counters=counters), ruleset
+    )
     plan.at_rule_evaluations({"start": 1000.0, "end": 1010.0})
     expr = plan.expression or ""
     assert "generation_tokens_total:last5m_sum_by_model_name @ 1010.000" in expr

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql import PromQLProducer
-from otel_bridge.producers.promql.connect import connect
-from otel_bridge.producers.promql.targets import Schedule, schedule_of
+from otel_bridge.producers.promql import PromQLProducer, connect
+from otel_bridge.producers.promql._internal.targets import Schedule, schedule_of
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, prom_success, prom_vector
 
 COUNTER, GAUGE = "vllm:generation_tokens_total", "vllm:num_requests_running"

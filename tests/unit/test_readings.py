@@ -1,4 +1,5 @@
-"""Which scrape reading stands for a step boundary (otel_bridge/producers/scrape/readings.py), on hand-made readings."""
+"""Which scrape reading stands for a step boundary (otel_bridge/producers/scrape/_internal/readings.py), on hand-made
+readings."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.scrape.readings import Reading, Stand, TargetReadings, window_readings
+from otel_bridge.producers.scrape._internal.readings import Reading, Stand, TargetReadings, window_readings
 from otel_bridge.producers.statistics import window_increases
 from otel_bridge.prometheus.exposition import ExpositionFamily, ExpositionSample
 from otel_bridge.window import StepWindow

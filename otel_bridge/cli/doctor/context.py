@@ -16,7 +16,7 @@ from typing import Literal
 
 from otel_bridge.cli.inputs import without_url_passwords
 from otel_bridge.producers import MetricQuery
-from otel_bridge.producers.promql.store import Store
+from otel_bridge.producers.promql import Store
 
 Status = Literal["pass", "fail", "warn", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "skip")

@@ -23,7 +23,7 @@ from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig, MetricConfig
 from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
 from otel_bridge.producers import MetricQuery
-from otel_bridge.producers.promql.checks import check_names
+from otel_bridge.producers.promql import check_names
 from otel_bridge.prometheus import ExpositionFamily, PrometheusClient
 
 _STEP_MAX_S = 30.0  # the longest step doctor reads (Prometheus' scrape interval, when shorter)
@@ -71,7 +71,7 @@ def _producer_warnings() -> Iterator[list[str]]:
 def check_endpoints(context: DoctorContext, config: BridgeConfig) -> dict[str, dict[str, ExpositionFamily]]:
     """``endpoint <url>``: every rollout endpoint answers; returns each one's parsed families."""
     from otel_bridge.discovery import ray_service_discovery_targets
-    from otel_bridge.producers.scrape.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
+    from otel_bridge.producers.scrape import ENDPOINT_DEFAULTS, MetricsEndpoint
     from otel_bridge.prometheus import parse_exposition
 
     targets = config.scrape_targets
@@ -136,7 +136,7 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
     from otel_bridge.errors import ConfigError
     from otel_bridge.health import Health
     from otel_bridge.pipeline import build_producers
-    from otel_bridge.producers import ProducerLifecycle, metrics_of
+    from otel_bridge.producers import MetricProducer, ProducerLifecycle, metrics_of
     from otel_bridge.window import StepWindow
 
     update: dict[str, object] = {"startup": "strict"}  # degrade would hide at start what fails at every step
@@ -147,14 +147,14 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
     run_config = config.model_copy(update=update)
     interval = context.scrape_interval_s or config.prometheus.scrape_interval_s  # so a gauge has a sample in the step
     seconds = 1.0 if url is None else min(_STEP_MAX_S, max(1.0, interval))
-    built = None
+    built: list[MetricProducer] = []
     with _producer_warnings() as warnings:
         try:
             built = build_producers(run_config, Health())
-            lifecycles = [p for p in built.producers if isinstance(p, ProducerLifecycle)]
+            lifecycles = [p for p in built if isinstance(p, ProducerLifecycle)]
             for producer in lifecycles:
                 producer.start()
-            _settle_boundaries(context, built.producers)
+            _settle_boundaries(context, built)
             start = time.time()
             for producer in lifecycles:
                 producer.on_boundary(start)
@@ -163,7 +163,7 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
             for producer in lifecycles:
                 producer.on_boundary(end)
             window = StepWindow(step=0, start=start, end=end)
-            metrics = [m for producer in built.producers for m in metrics_of(producer.produce(window=window))]
+            metrics = [m for producer in built for m in metrics_of(producer.produce(window=window))]
         except ConfigError as exc:
             context.add("step", "fail", f"a run would not start: {exc}", "fix the config as the message says")
             return None
@@ -177,11 +177,9 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
             )
             return None
         finally:
-            for made in built.producers if built is not None else []:
+            for made in built:
                 if isinstance(made, ProducerLifecycle):
                     made.close()
-            for watcher in built.watchers if built is not None else []:
-                watcher.close()
     reading = StepReading(seconds)
     for metric in metrics:
         reading.keys.setdefault(metric.name, []).extend(_record_keys(metric, config.naming.infra_prefix))

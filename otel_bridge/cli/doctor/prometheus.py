@@ -14,9 +14,8 @@ from typing import Any
 from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.errors import DiscoveryError, PrometheusError, PrometheusUnreachableError
-from otel_bridge.pipeline.run_dir import DEFAULT_RUN_PREFIX, runs_of
-from otel_bridge.producers.promql.rules import counting, find_rules
-from otel_bridge.producers.promql.store import Store, detect_store
+from otel_bridge.pipeline import DEFAULT_RUN_PREFIX, runs_of
+from otel_bridge.producers.promql import Store, counting, detect_store, find_rules
 from otel_bridge.prometheus import PrometheusClient
 from otel_bridge.prometheus.promql import target_duration
 

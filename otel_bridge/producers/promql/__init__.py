@@ -1,17 +1,28 @@
-"""The PromQL wing: window statistics read from a Prometheus-compatible store's HTTP API (the requests of a step:
-docs/architecture.md, One step).
+"""The PromQL wing: window statistics read from a Prometheus-compatible store's HTTP API (docs/architecture.md, One
+step, and The PromQL wing).
 
-- :mod:`~otel_bridge.producers.promql.producer`: :class:`PromQLProducer`, one window at a time;
-- :mod:`~otel_bridge.producers.promql.plan`: one window's query, in parts under a store's query-length limit, and how
-  to read its answer;
-- :mod:`~otel_bridge.producers.promql.store`: which store it is and what it can do, detected once at start-up;
-- :mod:`~otel_bridge.producers.promql.rules`: otel-bridge's recording rules, and whether Prometheus runs them;
-- :mod:`~otel_bridge.producers.promql.checks`: start-up checks of the configured metrics against Prometheus;
-- :mod:`~otel_bridge.producers.promql.targets`: Prometheus' targets serving the metrics, and their schedule;
-- :mod:`~otel_bridge.producers.promql.connect`: a client for the ``prometheus`` config section.
+The face: :class:`PromQLProducer`; a client for the ``prometheus`` config section (:func:`connect`,
+:func:`client_for`); which store it is (:class:`Store`, :func:`detect_store`); otel-bridge's recording rules
+(:func:`rules_for`, :func:`rules_document`, :func:`find_rules`, :func:`counting`, :data:`PRESENT`); the start-up check
+of configured names (:func:`check_names`). Everything under ``_internal`` is private.
 """
 
-from otel_bridge.producers.promql.connect import client_for, connect
+from otel_bridge.producers.promql._internal.checks import check_names
+from otel_bridge.producers.promql._internal.connect import client_for, connect
+from otel_bridge.producers.promql._internal.rules import PRESENT, counting, find_rules, rules_document, rules_for
+from otel_bridge.producers.promql._internal.store import Store, detect_store
 from otel_bridge.producers.promql.producer import PromQLProducer
 
-__all__ = ["PromQLProducer", "client_for", "connect"]
+__all__ = [
+    "PRESENT",
+    "PromQLProducer",
+    "Store",
+    "check_names",
+    "client_for",
+    "connect",
+    "counting",
+    "detect_store",
+    "find_rules",
+    "rules_document",
+    "rules_for",
+]

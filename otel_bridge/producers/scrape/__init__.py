@@ -1,14 +1,17 @@
 """The scrape wing: window statistics read straight from ``/metrics`` endpoints (no Prometheus server needed).
 
-- :mod:`~otel_bridge.producers.scrape.producer`: :class:`ScrapeProducer`, the sampler and one window at a time;
-- :mod:`~otel_bridge.producers.scrape.readings`: each target's readings, and which one stands for a step boundary;
-- :mod:`~otel_bridge.producers.scrape.endpoint`: reading one ``/metrics`` URL through the bridge's transport;
-- the child process (``scrape.isolation: process``, the default): :mod:`~otel_bridge.producers.scrape.process` in the
-  trainer's process, :mod:`~otel_bridge.producers.scrape.child` in the child,
-  :mod:`~otel_bridge.producers.scrape.frames` between them.
+The face: :class:`ScrapeProducer` (the sampler and one window at a time, in this process), :class:`ScrapeProcess` (the
+same in a child process, ``scrape.isolation: process``, the default) and the :class:`Scraper` protocol both keep;
+:class:`WatchedScraper` (a scraper with the watcher keeping its targets current, built and closed together: the
+discovered scrape targets and the PromQL wing's boundary scrapes); :class:`MetricsEndpoint` (one ``/metrics`` URL read
+through the bridge's transport) and its :data:`ENDPOINT_DEFAULTS`. Everything under ``_internal`` is private: each
+target's readings and which one stands for a boundary (``readings``), the endpoint, and the child process with the
+frames between it and this process.
 """
 
+from otel_bridge.producers.scrape._internal.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.producers.scrape.process import ScrapeProcess, Scraper
 from otel_bridge.producers.scrape.producer import ScrapeProducer
+from otel_bridge.producers.scrape.watched import WatchedScraper
 
-__all__ = ["ScrapeProcess", "ScrapeProducer", "Scraper"]
+__all__ = ["ENDPOINT_DEFAULTS", "MetricsEndpoint", "ScrapeProcess", "ScrapeProducer", "Scraper", "WatchedScraper"]

@@ -3,9 +3,9 @@
 this process' interpreter lock, instead of the trainer's.
 
 Run as ``python -m otel_bridge.producers.scrape.child`` with the channel on stdin/stdout
-(:mod:`otel_bridge.producers.scrape.frames`). Requests are ``(kind, id, payload)``; every answer is ``("reply", id, ok,
-value, health_ops)``, carrying the health updates made since the last answer, and log records travel as ``("log",
-fields)``. The end of stdin (the parent closed it or died) closes the producer and ends the process.
+(:mod:`otel_bridge.producers.scrape._internal.frames`). Requests are ``(kind, id, payload)``; every answer is
+``("reply", id, ok, value, health_ops)``, carrying the health updates made since the last answer, and log records
+travel as ``("log", fields)``. The end of stdin (the parent closed it or died) closes the producer and ends the process.
 
 This process never outlives its parent, even while it is stopped or while a forked copy of the parent holds the
 pipes: Linux SIGKILLs it when the parent's thread that started it ends (``PR_SET_PDEATHSIG``), and a watcher thread
@@ -31,7 +31,7 @@ from typing import IO, Any
 from otel_bridge.errors import ConfigError, OtelBridgeError
 from otel_bridge.health import Health
 from otel_bridge.producers.base import metrics_of
-from otel_bridge.producers.scrape.frames import PARENT_ENV, FrameWriter, read_frame
+from otel_bridge.producers.scrape._internal.frames import PARENT_ENV, FrameWriter, read_frame
 from otel_bridge.producers.scrape.producer import ScrapeProducer
 
 _log = logging.getLogger(__name__)

@@ -4,8 +4,8 @@ Scraping is the one part of the bridge whose CPU grows with the cluster: every t
 each boundary and every ``sample_interval_s``. In the trainer's process that work holds the interpreter lock beside the
 training loop and allocates what the trainer's garbage collections then walk: with 64 vLLM endpoints the training
 thread's p99 step time was 46x its median. Here a :class:`~otel_bridge.producers.scrape.ScrapeProducer` runs in a
-child (:mod:`otel_bridge.producers.scrape.child`) and the trainer's process only sends boundary times and receives
-each window's statistics, so its cost per step is in proportion to the configured metrics, not to the targets.
+child (:mod:`otel_bridge.producers.scrape.child`) and the trainer's process only sends boundary times and
+receives each window's statistics, so its cost per step is in proportion to the configured metrics, not to the targets.
 
 The records are the same as the in-process producer's (``scrape.isolation: thread``); the child's log records go to
 this process' loggers of the same names and its health updates to this process' :class:`Health`. A child that dies is
@@ -42,7 +42,7 @@ from otel_bridge.errors import ConfigError, ScrapeError
 from otel_bridge.health import Health
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.scrape.frames import PARENT_ENV, FrameWriter, read_frame
+from otel_bridge.producers.scrape._internal.frames import PARENT_ENV, FrameWriter, read_frame
 from otel_bridge.window import StepWindow
 
 _log = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 A background sampler thread scrapes every target at each step boundary (as soon as the trainer signals it) and every
 ``sample_interval_s`` in between. Each scrape of a target is kept as a reading with the times its request went out and
-its answer came (:mod:`otel_bridge.producers.scrape.readings`), and one reading of each target stands for each boundary:
-the first one sent at or after it (the run's first boundary: the last one answered before it). A window ``(start, end]``
-takes its baseline from the reading standing for ``start`` and its last sample from the one standing for ``end``, like
-Prometheus' samples, and computes its statistics with the same code as the PromQL path
+its answer came (:mod:`otel_bridge.producers.scrape._internal.readings`), and one reading of each target stands for
+each boundary: the first one sent at or after it (the run's first boundary: the last one answered before it). A
+window ``(start, end]`` takes its baseline from the reading standing for ``start`` and its last sample from the one
+standing for ``end``, like Prometheus' samples, and computes its statistics with the same code as the PromQL path
 (:mod:`otel_bridge.producers.statistics`). Every series gets an ``instance`` label (``host:port`` of its target), as
 Prometheus adds, so replicas with identical labels stay apart.
 
@@ -33,12 +33,12 @@ from urllib.parse import urlsplit
 from opentelemetry.sdk.metrics.export import ScopeMetrics
 
 from otel_bridge.errors import ConfigError, ExpositionParseError, SampleLimitError, ScrapeError
-from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SCRAPE_ERRORS, TARGETS_UNREAD, UNREAD, Health
+from otel_bridge.health import SCRAPE_ERRORS, Health
 from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.scrape.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
-from otel_bridge.producers.scrape.readings import (
+from otel_bridge.producers.scrape._internal.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
+from otel_bridge.producers.scrape._internal.readings import (
     Families,
     RawKey,
     Reading,
@@ -48,7 +48,8 @@ from otel_bridge.producers.scrape.readings import (
     process_start,
     window_readings,
 )
-from otel_bridge.producers.statistics import GroupBound, compute_stats, missing_warning, to_metric
+from otel_bridge.producers.statistics import compute_stats, to_metric
+from otel_bridge.producers.window_report import MissingMetric, UnreadTarget, WindowReport, WindowReporter
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing
@@ -103,7 +104,6 @@ class ScrapeProducer:
         health: Health | None = None,
         produce_timeout_s: float = 30.0,
         warn_interval_s: float = 60.0,
-        strict: bool = True,
         discovered: bool = False,
     ) -> None:
         if not targets and not discovered:
@@ -111,7 +111,7 @@ class ScrapeProducer:
         if any(q.promql is not None for q in queries):
             raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
         self._transport = transport
-        self._strict = strict and not discovered
+        self._discovered = discovered
         self._max_series = max_series
         self._queries = list(queries)
         self._wanted = frozenset(self._wanted_names())
@@ -119,7 +119,7 @@ class ScrapeProducer:
         self._produce_timeout_s = produce_timeout_s
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
-        self._bound = GroupBound(self._health, self._warn)
+        self._reporter = WindowReporter(self._health, self._warn)
         self._pool = ThreadPoolExecutor(
             max_workers=32, thread_name_prefix="otel-bridge-scrape", initializer=suppress_in_this_thread
         )
@@ -129,7 +129,6 @@ class ScrapeProducer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._series_keys: dict[RawKey, SeriesKey] = {}
-        self._unread: set[str] = set()  # targets named unread in the last record
         self.set_targets(targets)
 
     def _wanted_names(self) -> set[str]:
@@ -168,8 +167,7 @@ class ScrapeProducer:
             for target in gone:
                 if target.instance not in current:
                     self._health.forget(SCRAPE_ERRORS, {"instance": target.instance})
-                    self._health.forget(UNREAD, {"instance": target.instance})
-                    self._unread.discard(target.instance)
+                    self._reporter.forget(target.instance)
             for instance in instances:
                 self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": instance})
             self._cond.notify_all()
@@ -183,18 +181,18 @@ class ScrapeProducer:
         return list(self._queries)
 
     def start(self) -> None:
-        """Scrape once to resolve metric types, then start the sampler thread."""
+        """Scrape once to resolve metric types, then start the sampler thread.
+
+        When none of the targets answered, a :class:`ScrapeError` says so once the sampler runs (the bridge's
+        ``startup`` decides whether that stops it); discovered targets (``discovered``) may still be coming up, so
+        that is logged instead. A type that cannot be resolved is a :class:`ConfigError`.
+        """
         if not self._scrape_round(time.time(), every=True):
             raise ScrapeError("the scrape producer was closed before it started")
         with self._cond:
             self._cond.wait_for(lambda: self._closed or not any(t.in_flight for t in self._targets.values()))
             latest = {t.instance: t.readings.latest() for t in self._targets.values()}
         unreachable = [instance for instance, reading in latest.items() if reading is None or not reading.ok]
-        if latest and len(unreachable) == len(latest):
-            message = f"none of the {len(unreachable)} scrape target(s) answered: {', '.join(unreachable)}"
-            if self._strict:
-                raise ScrapeError(message + "; check scrape.targets, or set startup: degrade to start anyway")
-            _log.warning("%s; running without their metrics until they answer (startup: degrade)", message)
         if any(q.needs_kind for q in self._queries):
             answered = [r.families for r in latest.values() if r is not None and r.families is not None]
             self._queries = [self._resolve_kind(q, answered, len(answered)) for q in self._queries]
@@ -203,6 +201,11 @@ class ScrapeProducer:
                 return
             self._thread = threading.Thread(target=suppressing(self._run), name="otel-bridge-sampler", daemon=True)
             self._thread.start()
+        if latest and len(unreachable) == len(latest):
+            message = f"none of the {len(unreachable)} scrape target(s) answered: {', '.join(unreachable)}"
+            if not self._discovered:
+                raise ScrapeError(message + "; check scrape.targets, or set startup: degrade to start anyway")
+            _log.warning("%s; running without their metrics until they answer", message)
 
     def _resolve_kind(self, query: MetricQuery, answered: Sequence[Families], reachable: int) -> MetricQuery:
         if not query.needs_kind:
@@ -390,38 +393,22 @@ class ScrapeProducer:
             if window.start is not None:  # a later window may start anywhere from here on (a phase of this step)
                 for readings in targets.values():
                     readings.prune(window.start)
-        self._health.set(BOUNDARY_LAG, read.lag_s)
-        self._report_unread(read.unread, window)
         metrics = []
-        missing = []
+        report = WindowReport(window, lag_s=read.lag_s)
         for query in self._queries:
             names = query.series_names()
             by_name = read.observed if query.kind == "gauge" and query.ratio is None else read.counting
             points = compute_stats(query, [s for name in names for s in by_name.get(name, ())], window)
             if points is None:
-                missing.append(query)
+                report.missing.append(MissingMetric(query, f"no target among {len(targets)} exposes it"))
             else:  # matched, even without a value in this window (no observations): not missing
-                metrics.append(to_metric(query, self._bound(query, points, window) if points else points, window))
-        self._health.set(MISSING_METRICS, float(len(missing)))
-        for query in missing:
-            missing_warning(self._warn, query, window, f"no target among {len(targets)} exposes it")
-        return infra_scope(metrics)
-
-    def _report_unread(self, unread: dict[str, float], window: StepWindow) -> None:
-        """Name the targets unread at the window's end for as long as they are (the WARNING of their failed scrape
-        said so), and log once when one is read again."""
+                bounded = self._reporter.bound(query, points, window) if points else points
+                metrics.append(to_metric(query, bounded, window))
         with self._cond:  # a target that left meanwhile (set_targets) is not named again
             current = {target.instance for target in self._targets.values()}
-            unread = {instance: seconds for instance, seconds in unread.items() if instance in current}
-            self._health.set(TARGETS_UNREAD, float(len(unread)))
-            for instance, seconds in sorted(unread.items()):
-                self._health.set(UNREAD, seconds, labels={"instance": instance})
-            back = sorted((self._unread & current) - set(unread))
-            for instance in sorted(self._unread - set(unread)):
-                self._health.forget(UNREAD, {"instance": instance})
-            self._unread = set(unread)
-        for instance in back:
-            _log.info("step %d: %s is read again", window.step, instance)
+            report.unread = [UnreadTarget(i, seconds) for i, seconds in sorted(read.unread.items()) if i in current]
+            self._reporter.publish(report)
+        return infra_scope(metrics)
 
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) whose latest scrape failed."""

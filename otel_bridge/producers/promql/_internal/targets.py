@@ -1,4 +1,5 @@
-"""Prometheus' targets that serve the configured counters and histograms, and when their scrapes are stored."""
+"""Prometheus' targets that serve the configured counters and histograms, when their scrapes are stored, and keeping
+them current."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from otel_bridge.discovery.watcher import TargetWatcher
 from otel_bridge.errors import ConfigError, PrometheusAPIError, PrometheusResponseError
-from otel_bridge.producers.promql.plan import TARGET_LABELS, Target
+from otel_bridge.producers.promql._internal.plan import TARGET_LABELS, Target
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
 
@@ -113,3 +115,49 @@ def target_key(target: dict[str, object]) -> Target:
     if not isinstance(labels, dict):
         return ("", "")
     return (str(labels.get("job", "")), str(labels.get("instance", "")))
+
+
+class ServingTargets:
+    """The targets serving the configured counters and histograms, kept current: the members whose unread readings
+    and failed scrapes records name (down ones included until Prometheus stops scraping them).
+
+    :meth:`urls` re-reads them (replacing :attr:`members` whole: read by the delivery worker, written by a watcher's
+    thread). :meth:`watch` keeps them current every ``interval_s`` when nothing else re-reads them (the boundary
+    scrapes' watcher does, through :meth:`urls`); what it starts, :meth:`close` stops.
+    """
+
+    def __init__(self, client: PrometheusClient, primary: Sequence[str], targets: Sequence[dict[str, object]]) -> None:
+        self._client = client
+        self._primary = list(primary)
+        self.initial = list(targets)
+        """The serving targets found at start-up."""
+        self.members: frozenset[Target] = frozenset(target_key(t) for t in targets)
+        self._watcher: TargetWatcher | None = None
+
+    def urls(self) -> list[str]:
+        """The serving targets' scrape URLs, read now (the members are updated)."""
+        targets = serving_targets(self._client, self._primary, members=self.members)[0]
+        self.members = frozenset(target_key(t) for t in targets)
+        return sorted({str(t["scrapeUrl"]) for t in targets if t.get("scrapeUrl")})
+
+    def initial_urls(self) -> list[str]:
+        """The scrape URLs of the targets found at start-up, checked (:func:`scrape_urls`)."""
+        return scrape_urls((t.get("scrapeUrl") for t in self.initial if t.get("scrapeUrl")), "Prometheus targets")
+
+    def watch(self, interval_s: float) -> None:
+        """Re-read the members every ``interval_s`` on a thread of their own (when there are any)."""
+        if self._watcher is None and self.members:
+            self._watcher = TargetWatcher(
+                self.urls,
+                lambda changed: None,
+                interval_s=interval_s,
+                initial=self.initial_urls(),
+                name="Prometheus targets",
+                normalize=scrape_urls,
+            )
+            self._watcher.start()
+
+    def close(self) -> None:
+        """Stop re-reading the members."""
+        if self._watcher is not None:
+            self._watcher.close()

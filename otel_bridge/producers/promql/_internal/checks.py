@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from otel_bridge.errors import ConfigError, PrometheusAPIError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql.plan import WINDOW_PLACEHOLDER, ExactIncrease, WindowPlan
-from otel_bridge.producers.promql.rules import counting
-from otel_bridge.producers.promql.store import Store
+from otel_bridge.producers.promql._internal.plan import WINDOW_PLACEHOLDER, CounterParts, WindowPlan
+from otel_bridge.producers.promql._internal.rules import counting
+from otel_bridge.producers.promql._internal.store import Store
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.window import MetricKind, StepWindow
@@ -74,19 +74,18 @@ def check_expressions(
     increase_queries: Sequence[int],
     *,
     pad_s: float,
-    exact_increase: ExactIncrease | None = None,
+    counters: CounterParts,
     store: Store | None = None,
 ) -> None:
-    """Evaluate one window's union once (in the parts ``store`` takes, see :meth:`WindowPlan.expressions`); when
+    """Evaluate one window's union once (in the parts ``store`` takes, see :meth:`WindowPlan.expressions`; the counting
+    queries' parts written by ``counters``, as the window source will); when
     Prometheus rejects it as ``bad_data``, each query alone, to name the one it rejects (a :class:`ConfigError`). Any
     other API error (401, ``execution``, ``unavailable``...) is raised as it is: a server problem, which
     ``startup: degrade`` rides out. A part longer than the store takes in one query, in this window or in the run's
     last one (whose parts are longer: it is closed by the samples after its end), is a
     :class:`~otel_bridge.errors.QueryTooLongError`."""
     limit = (store.max_query_bytes, store.max_query_setting) if store is not None else (None,)
-    plan = WindowPlan(
-        queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0, exact_increase=exact_increase
-    )
+    plan = WindowPlan(queries, window, increase_queries=increase_queries, pad_s=pad_s, closing_s=0.0, counters=counters)
     expressions = plan.expressions(*limit)
     if not expressions:
         return
@@ -98,7 +97,7 @@ def check_expressions(
         pad_s=pad_s,
         closing_s=pad_s,
         report_unread=True,
-        exact_increase=exact_increase,
+        counters=counters,
     ).expressions(*limit)
     try:
         for expression in expressions:
@@ -116,7 +115,7 @@ def check_expressions(
                     increase_queries=[0] if counting(query) else [],
                     pad_s=pad_s,
                     closing_s=0.0,
-                    exact_increase=exact_increase,
+                    counters=counters,
                 ).expressions(*limit)
             try:
                 for part in parts:

@@ -15,11 +15,11 @@ bridge's path, and a step reads a few series per label group:
 
 A boundary is then represented by the rule group's last evaluation at or before it (all rules of a group share the
 evaluation timestamp), stored whole, and the next window starts from the evaluation the previous one ended with
-(:meth:`otel_bridge.producers.promql.producer.PromQLProducer._rule_evaluations`), so the steps' deltas still add up to
-the run's increase exactly however late Prometheus stores its evaluations, and a target that restarted,
-appeared or disappeared is still re-read raw and its share replaced by its exact increase
-(:mod:`otel_bridge.producers.promql.plan`), both taken as far as the evaluations had its samples (:data:`COUNTED`:
-a scrape stamped before an evaluation may be stored after it ran, on a busy node or by remote write). The cost in
+(:mod:`~otel_bridge.producers.promql._internal.sources.recording_rules`, the window source reading them), so the
+steps' deltas still add up to the run's increase exactly however late Prometheus stores its evaluations, and a target
+that restarted, appeared or disappeared is still re-read raw and its share replaced by its exact increase, both taken
+as far as the evaluations had its samples (:data:`COUNTED`: a scrape stamped before an evaluation may be stored after
+it ran, on a busy node or by remote write). The cost in
 exactness: a boundary lags by up to one rule interval more than with raw samples, more when samples or evaluations
 are stored late (reported in ``otel_bridge/boundary_lag_s``).
 

@@ -17,7 +17,7 @@ What differs and how the bridge handles it:
   before the range's start (within the lookback delta) and the last one in it, corrects counter resets and does not
   extrapolate, which is the bridge's own definition of a counter's delta; MetricsQL's ``increase(x[w])``
   (VictoriaMetrics) does the same by default. Without it the bridge sums each boundary's samples and re-reads the
-  targets that reset (:mod:`otel_bridge.producers.promql.plan`).
+  targets that reset (:mod:`otel_bridge.producers.promql._internal.plan`).
 - **VictoriaMetrics** evaluates a query near the present at ``now - search.latencyOffset`` (30 s by default) unless
   asked not to (``nocache=1``, sent with every query), makes a written sample queryable up to
   :data:`VICTORIAMETRICS_FLUSH_S` later (its pending rows are flushed at a 2 s tick once 2 s have passed since the

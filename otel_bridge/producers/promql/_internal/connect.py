@@ -37,7 +37,7 @@ def client_for(prom: PrometheusConfig, url: str | None = None, *, user_agent: st
     if target is None or target == AUTO:
         raise ConfigError(
             "no Prometheus URL to connect to: set prometheus.url to the Prometheus base URL (url: auto is "
-            "resolved by otel_bridge.producers.promql.connect.connect)"
+            "resolved by otel_bridge.producers.promql._internal.connect.connect)"
         )
     target = normalise_url(target)
     bearer_token = prom.auth.bearer_token()

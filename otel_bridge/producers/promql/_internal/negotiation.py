@@ -1,0 +1,238 @@
+"""The PromQL wing's start-up: what the store and the setup allow (:func:`negotiate`), and the one window source
+chosen from it (:func:`choose_source`).
+
+:func:`negotiate` detects the store, checks the configured names and each window's query against it, resolves
+metric types, and finds the targets serving the counting queries and their schedule: a frozen
+:class:`~.setup.Setup`. :func:`choose_source` then picks how windows are read, once:
+
+1. the bridge's boundary scrapes (:mod:`.sources.boundary_scrapes`), when ``prometheus.boundary`` asks for them
+   (``scrape``, or ``auto`` with at most ``boundary_max_targets`` targets) and the bridge can scrape the targets;
+2. otherwise otel-bridge's recording rules (:mod:`.sources.recording_rules`), when Prometheus runs them for some
+   counting query (``prometheus.recording_rules``);
+3. otherwise the store's exact increase (:mod:`.sources.exact_increase`), where the store has one;
+4. otherwise Prometheus' samples around each boundary (:mod:`.sources.samples`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from otel_bridge.config import BoundaryMode, RulesMode
+from otel_bridge.errors import ConfigError, ScrapeError
+from otel_bridge.health import Health
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.checks import check_expressions, check_names, resolve_kind
+from otel_bridge.producers.promql._internal.plan import primary_names
+from otel_bridge.producers.promql._internal.rules import RuleSet, rules_in_use
+from otel_bridge.producers.promql._internal.rules import counting as counts
+from otel_bridge.producers.promql._internal.setup import Setup
+from otel_bridge.producers.promql._internal.sources.boundary_scrapes import BoundaryScrapesSource
+from otel_bridge.producers.promql._internal.sources.exact_increase import ExactIncreaseSource, counters_for
+from otel_bridge.producers.promql._internal.sources.recording_rules import RecordingRulesSource
+from otel_bridge.producers.promql._internal.sources.samples import SamplesSource
+from otel_bridge.producers.promql._internal.store import Store, detect_store
+from otel_bridge.producers.promql._internal.store_reader import StoreReader
+from otel_bridge.producers.promql._internal.targets import (
+    ServingTargets,
+    schedule_of,
+    scrape_urls,
+    served_names,
+    serving_targets,
+)
+from otel_bridge.producers.scrape import Scraper, WatchedScraper
+from otel_bridge.producers.window_report import WindowReporter
+from otel_bridge.producers.window_source import WindowSource
+from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.ratelimit import RateLimitedLogger
+from otel_bridge.window import StepWindow
+
+__all__ = ["BoundaryScraper", "Chosen", "Negotiated", "Options", "choose_source", "negotiate"]
+
+_log = logging.getLogger(__name__)
+
+BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], Scraper]
+"""Builds the scrape producer for boundary scrapes from target URLs and the queries it reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the ``prometheus`` section (and the bridge) allow the choice of a window source."""
+
+    boundary: BoundaryMode = "samples"
+    boundary_max_targets: int = 64
+    boundary_scraper: BoundaryScraper | None = None
+    recording_rules: RulesMode = "auto"
+    refresh_interval_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """What :func:`negotiate` found: the setup, and the serving targets (kept current from here on)."""
+
+    setup: Setup
+    serving: ServingTargets
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The window source, and how its windows are bounded (``scrape`` or ``samples``) with which rules."""
+
+    source: WindowSource
+    boundary: BoundaryMode
+    rules: RuleSet | None
+
+
+def negotiate(
+    client: PrometheusClient, queries: Sequence[MetricQuery], *, store: Store | None, interval_s: float
+) -> Negotiated:
+    """Check the store and every query once, resolve metric types, and find the serving targets and their schedule.
+
+    A rejected query raises :class:`ConfigError`; an unreachable or broken store its
+    :class:`~otel_bridge.errors.PrometheusError`. ``store``: given (to measure one plan against another on the same
+    store), else detected.
+    """
+    store = store if store is not None else detect_store(client)
+    check_names(queries, store)
+    resolved = list(queries)
+    if any(q.needs_kind for q in resolved):
+        metadata = client.metadata()
+        resolved = [resolve_kind(q, metadata) for q in resolved]
+    pad_s = 2.0 * interval_s
+    now = time.time()
+    counting = [i for i, q in enumerate(resolved) if counts(q)]
+    check_expressions(
+        client,
+        resolved,
+        StepWindow(step=-1, start=now - pad_s, end=now),
+        counting,
+        pad_s=pad_s,
+        counters=counters_for(store),
+        store=store,
+    )
+    primary = sorted({n for i in counting for n in primary_names(resolved[i])})
+    gauges = sorted({q.name for q in resolved if q.kind == "gauge" and q.name and q.ratio is None})
+    # The scrape interval matters to gauges too (a short step may hold no sample of them).
+    found = serving_targets(client, primary, *([[*primary, *gauges]] if gauges else []))
+    setup = Setup(store, tuple(resolved), schedule_of(found[-1], interval_s))
+    return Negotiated(setup, ServingTargets(client, primary, found[0]))
+
+
+def choose_source(
+    client: PrometheusClient,
+    negotiated: Negotiated,
+    options: Options,
+    *,
+    health: Health,
+    warn: RateLimitedLogger,
+    reporter: WindowReporter,
+    closed: threading.Event,
+) -> Chosen:
+    """The one window source the setup allows (see the module docstring); the serving targets are kept current from
+    here on (by the boundary scrapes' watcher, or their own). ``prometheus.boundary: scrape`` that cannot be had is a
+    :class:`ScrapeError`; ``prometheus.recording_rules: required`` without them a :class:`ConfigError`."""
+    setup, serving = negotiated.setup, negotiated.serving
+
+    def reader(*, scrapes_name_members: bool = False) -> StoreReader:
+        return StoreReader(
+            client,
+            setup,
+            serving,
+            health=health,
+            warn=warn,
+            reporter=reporter,
+            closed=closed,
+            scrapes_name_members=scrapes_name_members,
+        )
+
+    def without_rules(store_reader: StoreReader, counting: Sequence[int]) -> SamplesSource | ExactIncreaseSource:
+        store = setup.store
+        if store.increase is None:
+            return SamplesSource(store_reader, counting)
+        return ExactIncreaseSource(store_reader, counting, store.exact_increase)
+
+    scraped = _boundary_scrapes(client, setup, serving, options)
+    if scraped is not None:
+        watched, indices = scraped
+        rest = [i for i in setup.counting if i not in indices]
+        source = BoundaryScrapesSource(
+            watched, setup.queries, indices, without_rules(reader(scrapes_name_members=True), rest)
+        )
+        return Chosen(source, "scrape", None)
+    serving.watch(options.refresh_interval_s)  # the members whose unread readings records name, kept current
+    store_reader = reader()
+    rules = _rules(client, setup, options.recording_rules)
+    if rules is not None:
+        rules_source = RecordingRulesSource(store_reader, setup.counting, rules, counters_for(setup.store))
+        return Chosen(rules_source, "samples", rules)
+    return Chosen(without_rules(store_reader, setup.counting), "samples", None)
+
+
+def _boundary_scrapes(
+    client: PrometheusClient, setup: Setup, serving: ServingTargets, options: Options
+) -> tuple[WatchedScraper, list[int]] | None:
+    """The started boundary scrapes and the counting queries they read, when ``prometheus.boundary`` asks for them
+    and they can be had (``auto``: logged why not)."""
+    counting = setup.counting
+    new_scraper = options.boundary_scraper
+    if options.boundary == "samples" or new_scraper is None or not counting:
+        return None
+    targets = serving.initial
+    urls = sorted({str(t.get("scrapeUrl")) for t in targets if t.get("scrapeUrl")})
+    reason = None
+    if not urls:
+        reason = "Prometheus lists no target serving the configured counters and histograms yet"
+    elif options.boundary == "auto" and len(urls) > options.boundary_max_targets:
+        reason = f"{len(urls)} targets are more than prometheus.boundary_max_targets ({options.boundary_max_targets})"
+    scraped: list[int] = []
+    if reason is None:  # only series from the targets can be scraped: remote-written ones are read as samples
+        served = served_names(client, setup.primary_names, targets)
+        scraped = [i for i in counting if served & set(primary_names(setup.queries[i]))]
+        if not scraped:
+            reason = "no target Prometheus scrapes serves the configured counters and histograms"
+    if reason is None:
+        watched = WatchedScraper(
+            new_scraper(urls, [setup.queries[i] for i in scraped]),
+            serving.urls,
+            interval_s=options.refresh_interval_s,
+            name="Prometheus targets",
+            initial=serving.initial_urls(),
+            normalize=scrape_urls,
+        )
+        try:
+            watched.start()
+        except (ScrapeError, ConfigError) as exc:
+            watched.close()
+            reason = str(exc)
+        else:
+            silent = watched.unanswered()
+            if not silent:
+                return watched, scraped
+            watched.close()
+            reason = f"the bridge cannot scrape {', '.join(silent)} itself"
+    if options.boundary == "scrape":
+        raise ScrapeError(
+            f"prometheus.boundary: scrape, but {reason}; set prometheus.boundary: samples (windows bounded by "
+            "Prometheus' own samples, off by up to one scrape interval) or make the targets reachable"
+        )
+    _log.info("boundaries observed by Prometheus' samples (prometheus.boundary: auto): %s", reason)
+    return None
+
+
+def _rules(client: PrometheusClient, setup: Setup, mode: RulesMode) -> RuleSet | None:
+    """otel-bridge's recording rules Prometheus runs, when they serve any counting query."""
+    if mode == "off" or not setup.counting:
+        return None
+    store = setup.store
+    if store.rules is not None:
+        if mode == "required":
+            raise ConfigError(
+                f"prometheus.recording_rules: required, but {store.rules}; "
+                "set prometheus.recording_rules: off (or auto)"
+            )
+        _log.info("otel-bridge's recording rules are not used: %s", store.rules)
+        return None
+    return rules_in_use(client.rule_groups(), setup.queries, required=mode == "required")

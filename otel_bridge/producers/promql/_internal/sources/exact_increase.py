@@ -1,0 +1,91 @@
+"""The store's own exact increase: the window source of a store that has one (Prometheus 3's ``increase(x[w]
+anchored)``, VictoriaMetrics' MetricsQL ``increase``: :mod:`otel_bridge.producers.promql._internal.store`).
+
+Each counting query's increase over the window is the store's, summed per label group: from the last sample at or
+before the start to the last one in the window, resets corrected per series inside the store, no extrapolation, so
+nothing is re-read. The lag parts are the boundary sums' (:func:`.samples.lag_parts`). The run's last window is closed
+by the sample after its end, which that increase does not reach: it is read from the samples around its boundaries
+(:mod:`.samples`), re-read included.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.plan import CounterParts, ExactIncrease, Part, WindowPlan, at, roled
+from otel_bridge.producers.promql._internal.sources.samples import SamplesSource, boundary_sums, lag_parts
+from otel_bridge.producers.promql._internal.store import Store
+from otel_bridge.producers.promql._internal.store_reader import StoreReader
+from otel_bridge.producers.window_source import ReadBudget, WindowReading
+from otel_bridge.prometheus import promql
+from otel_bridge.window import StepWindow
+
+__all__ = ["ExactIncreaseSource", "counters_for", "exact_increases"]
+
+
+class ExactIncreaseSource:
+    """Reads each window from the store's exact increase (see the module docstring): the samples' source with these
+    parts (its waits and, for the run's last window, its re-read)."""
+
+    def __init__(self, reader: StoreReader, counting: Sequence[int], exact: ExactIncrease) -> None:
+        self._samples = SamplesSource(reader, counting, counters=functools.partial(exact_increases, exact=exact))
+
+    @property
+    def counting(self) -> list[int]:
+        """The counting queries this source reads."""
+        return self._samples.counting
+
+    def read(self, window: StepWindow, budget: ReadBudget) -> WindowReading:
+        """Ask the union once every sample of the window is stored."""
+        return self._samples.read(window, budget)
+
+    def prepare(self, window: StepWindow) -> WindowPlan:
+        """The window's union, once every sample it asks for is stored (the first half of :meth:`read`)."""
+        return self._samples.prepare(window)
+
+    def answer(self, plan: WindowPlan) -> WindowReading:
+        """Ask ``plan``'s union (the second half of :meth:`read`)."""
+        return self._samples.answer(plan)
+
+    def on_boundary(self, t: float) -> None:
+        """Nothing to do: the store's samples are already there."""
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+def counters_for(store: Store | None) -> CounterParts:
+    """How the counting queries of a plan are read on ``store`` without recording rules: its exact increase where it
+    has one, else the boundary sums."""
+    if store is None or store.increase is None:
+        return boundary_sums
+    return functools.partial(exact_increases, exact=store.exact_increase)
+
+
+def exact_increases(plan: WindowPlan, indices: Sequence[int] | None = None, *, exact: ExactIncrease) -> None:
+    """Write the exact increase parts of the counting queries ``indices`` (default: all of the plan's) into ``plan``;
+    for the run's last window, the boundary sums."""
+    if plan.window.final:
+        boundary_sums(plan, indices)
+        return
+    for index in plan.increase_queries if indices is None else indices:
+        _exact_increase(plan, index, plan.queries[index], exact)
+
+
+def _exact_increase(plan: WindowPlan, index: int, query: MetricQuery, exact: ExactIncrease) -> None:
+    window = plan.window
+    assert window.start is not None
+    # Both ends in whole milliseconds, as at() writes them, so the range starts exactly at the start's at().
+    length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
+    histogram = query.kind == "histogram" and query.ratio is None
+    # A window shorter than two scrape intervals may hold no sample of a live series (increase() then answers
+    # nothing for it): those add 0, so the key stays.
+    present = promql.duration(plan.pad_s) if window.end - window.start < plan.pad_s else None
+    end = at(window.end)
+    for position, name in enumerate(query.series_names()):
+        by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+        increase = roled(query, name, lambda sel: exact(sel, length, end, present=present))
+        plan.add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
+    lag_parts(plan, index, query)

@@ -27,8 +27,11 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Write the config file."""
+    from otel_bridge.cli.inputs import check_interval
     from otel_bridge.discovery import ray_service_discovery_path
     from otel_bridge.tools.prometheus_files import prometheus_config, write_prometheus_config
+
+    interval = check_interval(args.interval, "--interval")
 
     sd_file = args.ray_sd_file or (ray_service_discovery_path(args.ray_temp_dir) if args.ray_temp_dir else None)
     write_prometheus_config(
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             ray_sd_file=sd_file,
             rollout_targets=args.rollout,
             trainer_target=args.trainer,
-            scrape_interval_s=args.interval,
+            scrape_interval_s=interval,
         ),
     )
     if not args.quiet:

@@ -32,15 +32,23 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, get_args
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from otel_bridge.config.load import AUTO, Lines, apply_env_overrides, read_secret, read_yaml_lines
-from otel_bridge.config.messages import format_validation_error
+from otel_bridge.config.messages import HIDDEN, format_validation_error, names_a_secret
 from otel_bridge.config.trackers import BUILTIN_TRACKERS, plugin_tracker_types, unknown_tracker_message
 from otel_bridge.errors import ConfigError, redact_url_credentials
 from otel_bridge.prometheus_names import (
@@ -83,8 +91,25 @@ def _check_http_url(value: str, key: str, credentials_go: str, written: str | No
     return value.rstrip("/")
 
 
+def _takes_a_number(annotation: Any) -> bool:
+    """Whether a field of type ``annotation`` holds an int or float (and not a bool)."""
+    args = get_args(annotation) or (annotation,)
+    return bool({int, float} & set(args)) and bool not in args
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number field refuses ``true``/``false``, which pydantic would read as 1 and 0 (``full_scale: true``
+        would make a device's full scale 1)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and _takes_a_number(field.annotation):
+                raise ValueError(f"a number is needed, not the boolean {str(value).lower()}")
+        return value
 
     def __repr__(self) -> str:
         return redact_url_credentials(super().__repr__())
@@ -380,7 +405,8 @@ class MetricConfig(_Model):
         gt=0,
         description=(
             "The gauge's value when the device is fully busy (100 for a percentage, 1 for a ratio); needed by the "
-            "idle_seconds statistic."
+            "idle_seconds statistic. The gauge's values lie in [0, full_scale]: a series outside it in a step is "
+            "left out of that step's statistics (counted in otel_bridge/impossible_values)."
         ),
     )
     max_groups: int | None = Field(
@@ -453,6 +479,12 @@ class TrackerConfig(BaseModel):
 
     def __str__(self) -> str:
         return redact_url_credentials(super().__str__())
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The fields ``repr()`` shows: an option whose key names credentials (``api_key``, ``token``, ...; a backend
+        refuses it or reads it) is shown as :data:`HIDDEN`, never its value."""
+        for name, value in super().__repr_args__():
+            yield name, HIDDEN if name is not None and names_a_secret(name) else value
 
     def options(self) -> dict[str, Any]:
         """The backend-specific options (everything but ``type``)."""
@@ -682,7 +714,10 @@ class BridgeConfig(_Model):
             data, lines = read_yaml_lines(Path(source))
             what = f"otel-bridge config file {source}"
         elif isinstance(source, Mapping):
-            data = copy.deepcopy(dict(source))
+            try:
+                data = copy.deepcopy(dict(source))
+            except RecursionError:
+                raise ConfigError(f"{what} nests lists or mappings too deeply to read; flatten it") from None
         else:
             raise ConfigError(f"config must be a path, a mapping or a BridgeConfig, not {type(source).__name__}")
         data = apply_env_overrides(data, os.environ if environ is None else environ)

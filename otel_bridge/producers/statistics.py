@@ -31,7 +31,7 @@ from typing import Final
 
 from opentelemetry.sdk.metrics.export import Metric
 
-from otel_bridge.health import GROUPS_DROPPED, Health
+from otel_bridge.health import GROUPS_DROPPED, IMPOSSIBLE_VALUES, Health
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
@@ -116,6 +116,13 @@ def idle_seconds(samples: Sequence[Sample], window: StepWindow, full_scale: floa
     if mean is None:
         return None
     return window.seconds * (1.0 - mean / full_scale)
+
+
+def out_of_range(samples: Sequence[Sample], window: StepWindow, full_scale: float) -> bool:
+    """Whether a sample inside the window lies outside ``[0, full_scale]``: a utilization of 150 % or -50 % is no
+    device's (a broken exporter), and no statistic of the series in this window is trusted. NaN is not out of range
+    (the statistics handle it as Prometheus does)."""
+    return any(not 0.0 <= v <= full_scale for _, v in in_window(samples, window) if not math.isnan(v))
 
 
 def gauge_statistic(
@@ -369,16 +376,31 @@ def with_roles(query: MetricQuery, series: Sequence[RawSeries]) -> list[RawSerie
     return [replace(s, labels={**s.labels, ROLE_LABEL: role}) for s in series for role in query.roles_of(s.labels)]
 
 
-def compute_stats(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint] | None:
+def compute_stats(
+    query: MetricQuery,
+    series: Sequence[RawSeries],
+    window: StepWindow,
+    impossible: ImpossibleValues | None = None,
+) -> list[StatPoint] | None:
     """Window statistics of ``query`` from raw ``series``; ``None`` when no series matches (a missing metric).
 
-    Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points.
+    Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points. A gauge
+    with a ``full_scale`` leaves out of the window's statistics each series with a sample outside ``[0,
+    full_scale]`` in the window (:func:`out_of_range`), and tells ``impossible`` how many it left out.
     """
     if query.kind == "gauge" and query.ratio is None:
         series = with_roles(query, series)
         assert query.name is not None
         selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
-        return _gauge(query, selected, window) if selected else None
+        if not selected:
+            return None
+        if query.full_scale is not None:
+            full_scale = query.full_scale
+            possible = [s for s in selected if not out_of_range(s.samples, window, full_scale)]
+            if impossible is not None and len(possible) < len(selected):
+                impossible(query, len(selected) - len(possible), window)
+            selected = possible
+        return _gauge(query, selected, window)
     increases = window_increases(query, series, window)
     if increases is None:
         return None
@@ -594,6 +616,33 @@ class GroupBound:
                 query.source_index,
             )
         return bounded.points
+
+
+class ImpossibleValues:
+    """Counts and names the series a gauge with a ``full_scale`` left out of a window for values outside ``[0,
+    full_scale]`` (:func:`compute_stats`, and the PromQL path's count of them): the health counter
+    ``otel_bridge/impossible_values{metric}`` (series x windows) and one WARNING per metric (rate-limited) naming the
+    range and what to check."""
+
+    def __init__(self, health: Health, warn: RateLimitedLogger) -> None:
+        self._health = health
+        self._warn = warn
+
+    def __call__(self, query: MetricQuery, series: int, window: StepWindow) -> None:
+        """``series`` of ``query`` were left out of ``window``'s statistics."""
+        self._health.count(IMPOSSIBLE_VALUES, float(series), labels={"metric": query.key_name})
+        self._warn.warning(
+            f"impossible:{query.key_name}",
+            "step %d: %d series of metric %s (metrics[%d]) had values outside [0, %g] (0 to its full_scale) in the "
+            "step: no device reads that, so they are left out of its statistics in this step, counted in %s; check "
+            "the exporter, or the metric's full_scale",
+            window.step,
+            series,
+            query.key_name,
+            query.source_index,
+            query.full_scale,
+            IMPOSSIBLE_VALUES,
+        )
 
 
 def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> Metric:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import glob
 import json
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -12,9 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.cli.doctor.context import DoctorContext
-from otel_bridge.config import AUTO, BridgeConfig
-from otel_bridge.errors import DiscoveryError, PrometheusError
+from otel_bridge.cli.doctor.context import DoctorContext, listed
+from otel_bridge.config import AUTO, BridgeConfig, open_regular_file
+from otel_bridge.errors import ConfigError, DiscoveryError, PrometheusError
 from otel_bridge.producers.promql.rules import counting, find_rules
 from otel_bridge.producers.promql.store import Store, detect_store
 from otel_bridge.prometheus.client import PrometheusClient
@@ -66,12 +68,24 @@ def first_scrape_wait_s(targets: list[dict[str, Any]]) -> float:
 
 
 def _age_s(client: PrometheusClient) -> float | None:
-    """Seconds since Prometheus started (its ``startTime``); ``None`` when it does not say."""
+    """Seconds since Prometheus started (its ``startTime``); ``None`` when it does not say, or says a time no clock
+    can hold (year 1 without a zone, before 1970 on a platform whose clock starts there)."""
     try:
-        started = datetime.fromisoformat(str(client.runtimeinfo().get("startTime")))
-    except (PrometheusError, ValueError):
+        started = datetime.fromisoformat(str(client.runtimeinfo().get("startTime"))[:64]).timestamp()
+    except (PrometheusError, ValueError, OverflowError, OSError):
         return None
-    return time.time() - started.timestamp()
+    return time.time() - started
+
+
+def _down(target: dict[str, Any]) -> str:
+    error = target.get("lastError") or "no error yet"
+    return f"{_short(target.get('scrapeUrl', '?'))}: {_short(target.get('health'))} ({_short(error)})"
+
+
+def _short(value: object, limit: int = 200) -> str:
+    """``value`` as doctor quotes a server's text: at most ``limit`` characters, the rest counted."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def check_prometheus(context: DoctorContext, config: BridgeConfig) -> PrometheusClient | None:
@@ -203,16 +217,11 @@ def check_prometheus_targets(context: DoctorContext, client: PrometheusClient) -
     up = len(targets) - len(down) - len(unscraped)
     problems = []
     if down:
-        problems.append(
-            "down: "
-            + "; ".join(
-                f"{t.get('scrapeUrl', '?')}: {t.get('health')} ({t.get('lastError') or 'no error yet'})" for t in down
-            )
-        )
+        problems.append(f"{len(down)} down: " + listed(down, _down))
     if unscraped:
         problems.append(
-            f"not scraped yet by Prometheus after waiting {first_scrape_wait_s(unscraped):g}s (its scrape interval "
-            "and timeout, plus 1s): " + "; ".join(str(t.get("scrapeUrl", "?")) for t in unscraped)
+            f"{len(unscraped)} not scraped yet by Prometheus after waiting {first_scrape_wait_s(unscraped):g}s (its "
+            "scrape interval and timeout, plus 1s): " + listed(unscraped, lambda t: _short(t.get("scrapeUrl", "?")))
         )
     if problems:
         fixes = []
@@ -242,7 +251,11 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
         "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
         "else Prometheus' samples (prometheus.boundary: auto)",
     }[prom.boundary]
-    steps = _latest_step_seconds(config.run.dir, config.run.name)
+    try:
+        steps = _latest_step_seconds(config.run.dir, config.run.name)
+    except ConfigError as exc:
+        context.add("step boundaries", "warn", f"cannot compare step lengths: {exc}", "point run.dir at a run's files")
+        return
     if steps is None:
         where = config.run.dir / config.run.name if config.run.name else config.run.dir
         context.add(
@@ -284,22 +297,42 @@ def _boundary_fix(boundary: str, max_targets: int, median_s: float) -> str:
     )
 
 
+_RUN_TAIL_BYTES = 4 << 20
+"""How much of a run's ``metrics.jsonl`` doctor reads: its last 4 MiB (thousands of steps, the recent ones)."""
+
+
 def _latest_step_seconds(run_dir: Path, run_name: str | None = None) -> tuple[Path, float] | None:
     """The config's run (``<run.dir>/<run.name>/metrics.jsonl`` when ``run.name`` is set, else the newest
-    ``<run.dir>/*/metrics.jsonl``) and the median length of its steps' windows (``None``: no such run)."""
+    ``<run.dir>/*/metrics.jsonl``) and the median length of its steps' windows (``None``: no such run), from the
+    file's last :data:`_RUN_TAIL_BYTES`. A ``metrics.jsonl`` that is not a regular file (a FIFO, a link to a device)
+    is a :class:`ConfigError` naming it, raised before anything is read from it."""
     pattern = f"{glob.escape(run_name)}/metrics.jsonl" if run_name else "*/metrics.jsonl"
-    runs = sorted(run_dir.glob(pattern), key=lambda p: p.stat().st_mtime) if run_dir.is_dir() else []
+    runs = sorted(run_dir.glob(pattern), key=_mtime) if run_dir.is_dir() else []
     for path in reversed(runs):
+        with open_regular_file(path, "the run's records") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > _RUN_TAIL_BYTES:
+                file.seek(size - _RUN_TAIL_BYTES)
+                file.readline()  # the rest of a line cut by the seek
+            tail = file.read(_RUN_TAIL_BYTES)
         lengths = []
-        with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                start, end = record.get("window_start"), record.get("time")
-                if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
-                    lengths.append(end - start)
+        for line in tail.splitlines():
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+                continue
+            if not isinstance(record, dict):
+                continue
+            start, end = record.get("window_start"), record.get("time")
+            if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+                lengths.append(end - start)
         if lengths:
             return path.parent, statistics.median(lengths)
     return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # a dangling link: the oldest, and refused when read
+        return -math.inf

@@ -48,7 +48,13 @@ from otel_bridge.producers.scrape.readings import (
     process_start,
     window_readings,
 )
-from otel_bridge.producers.statistics import GroupBound, compute_stats, missing_warning, to_metric
+from otel_bridge.producers.statistics import (
+    GroupBound,
+    ImpossibleValues,
+    compute_stats,
+    missing_warning,
+    to_metric,
+)
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing
@@ -120,6 +126,7 @@ class ScrapeProducer:
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._bound = GroupBound(self._health, self._warn)
+        self._impossible = ImpossibleValues(self._health, self._warn)
         self._pool = ThreadPoolExecutor(
             max_workers=32, thread_name_prefix="otel-bridge-scrape", initializer=suppress_in_this_thread
         )
@@ -397,7 +404,9 @@ class ScrapeProducer:
         for query in self._queries:
             names = query.series_names()
             by_name = read.observed if query.kind == "gauge" and query.ratio is None else read.counting
-            points = compute_stats(query, [s for name in names for s in by_name.get(name, ())], window)
+            points = compute_stats(
+                query, [s for name in names for s in by_name.get(name, ())], window, self._impossible
+            )
             if points is None:
                 missing.append(query)
             else:  # matched, even without a value in this window (no observations): not missing

@@ -15,7 +15,7 @@ Hierarchy::
     │   └── SampleLimitError             more samples of the configured metrics than scrape.max_series
     ├── DiscoveryError              Prometheus / scrape targets could not be found (lists what was tried)
     ├── BackendError                a tracker backend failed
-    ├── RedactedCauseError                a library's exception behind one of these, its URL credentials replaced
+    ├── RedactedCauseError          a library's exception behind one of these, its URL credentials replaced
     ├── StepOrderError              steps logged out of order, or to a step already recorded
     ├── InvalidStepError            a step that is not an integer, or too large to be stored exactly
     ├── InvalidPhaseError           a phase name that is not a non-empty string

@@ -34,7 +34,7 @@ pytest.importorskip("mlflow")
 pytestmark = pytest.mark.integration
 
 PASSWORD = "s3cr3t-Pa55word-37"
-QUICK_MLFLOW = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+QUICK_MLFLOW = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 
 @pytest.fixture(scope="module")

@@ -63,8 +63,8 @@ from otel_bridge.pipeline.meter_provider import (
 from otel_bridge.pipeline.phases import PhaseLog
 from otel_bridge.pipeline.reader import StepMetricReader
 from otel_bridge.pipeline.record_store import RecordStore
-from otel_bridge.pipeline.step_job import StepJob
 from otel_bridge.pipeline.run_dir import default_run_name, own_run_dir
+from otel_bridge.pipeline.step_job import StepJob
 from otel_bridge.pipeline.tracing import build_step_tracer
 from otel_bridge.pipeline.trainer_values import check_keys, check_step, trainer_numbers
 from otel_bridge.pipeline.worker import DeliveryWorker, StepQueue, ranges, run_within

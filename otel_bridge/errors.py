@@ -16,6 +16,7 @@ Hierarchy::
     ├── ExpositionParseError        text exposition that cannot be parsed
     │   └── SampleLimitError             more samples of the configured metrics than scrape.max_series
     ├── BackendError                a tracker backend failed
+    ├── RedactedCauseError          a library's exception behind one of these, its URL credentials replaced
     ├── StepOrderError              steps logged out of order, or to a step already recorded
     ├── InvalidStepError            a step that is not an integer, or too large to be stored exactly
     ├── InvalidPhaseError           a phase name that is not a non-empty string
@@ -80,6 +81,31 @@ class OtelBridgeError(Exception):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*(redact_url_credentials(a) if isinstance(a, str) else a for a in args))
+
+
+class RedactedCauseError(OtelBridgeError):
+    """A lower-level exception as chained to an otel-bridge error by :func:`redacted_cause`: its type and message with
+    URL credentials replaced, raised at the same place (its traceback's frames)."""
+
+
+_MAX_CHAIN = 16
+
+
+def redacted_cause(err: BaseException, _depth: int = 0) -> BaseException:
+    """What to chain (``raise ... from redacted_cause(err)``) for a library's exception ``err``: ``err`` itself when no
+    message in its chain holds URL credentials, else a :class:`RedactedCauseError` naming its type and its message with
+    them replaced, with its traceback and its own causes handled alike (an MLflow client built from
+    ``http://user:password@host`` quotes that URL in every failure, and a trainer prints the whole chain)."""
+    chained = err.__cause__ if err.__cause__ is not None else (None if err.__suppress_context__ else err.__context__)
+    deeper = redacted_cause(chained, _depth + 1) if chained is not None and _depth < _MAX_CHAIN else None
+    text = str(err)
+    if deeper is chained and redact_url_credentials(text) == text:
+        return err
+    kind = type(err)
+    cause = RedactedCauseError(f"{kind.__module__}.{kind.__qualname__}: {text}").with_traceback(err.__traceback__)
+    cause.__cause__ = deeper
+    cause.__suppress_context__ = True
+    return cause
 
 
 class ConfigError(OtelBridgeError, ValueError):

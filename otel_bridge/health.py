@@ -37,6 +37,7 @@ TARGETS_DOWN = "otel_bridge/targets_down"
 TARGETS_UNREAD = "otel_bridge/targets_unread"
 UNREAD = "otel_bridge/unread_s"
 GROUPS_DROPPED = "otel_bridge/groups_dropped"
+IMPOSSIBLE_VALUES = "otel_bridge/impossible_values"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -56,6 +57,8 @@ DESCRIPTIONS: Mapping[str, str] = {
     UNREAD: "per target unread at the end of the last step: seconds since its last reading",
     GROUPS_DROPPED: "per metric over its max_groups in the last step: label groups summed into its _other group or "
     "left out",
+    IMPOSSIBLE_VALUES: "per metric with a full_scale: series left out of a step for values outside [0, full_scale] "
+    "(a utilization of 150 or -50), one per series and step",
 }
 UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
 

@@ -47,8 +47,13 @@ def choose_config(
     named = environ.get(CONFIG_ENV, "").strip()
     if named:
         path = Path(named)
-        if not path.is_file():
-            raise ConfigError(f"${CONFIG_ENV} names {named!r}, which is not a file; fix or unset {CONFIG_ENV}")
+        try:
+            is_file = path.is_file()
+        except OSError:  # a name too long for the filesystem
+            is_file = False
+        if not is_file:
+            shown = repr(named) if len(named) <= 200 else f"{named[:200]!r}... ({len(named)} characters)"
+            raise ConfigError(f"${CONFIG_ENV} names {shown}, which is not a file; fix or unset {CONFIG_ENV}")
         return ConfigChoice(path, f"${CONFIG_ENV}")
     local = (cwd or Path.cwd()) / DEFAULT_CONFIG
     if local.is_file():

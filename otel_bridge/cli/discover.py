@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from otel_bridge.cli.config_file import CONFIG_HELP, announce_config
 
 
@@ -31,7 +29,7 @@ def prometheus_url_origin(config_path: Path | None, environ: Mapping[str, str] |
     """Which environment variable set the loaded config's ``prometheus.url``; ``None`` when the file's own value (or
     nothing) stands. ``OTEL_BRIDGE__PROMETHEUS__URL`` overrides any value; ``OTEL_BRIDGE_PROMETHEUS_URL`` fills in an
     unset or ``auto`` one (see :mod:`otel_bridge.config`)."""
-    from otel_bridge.config import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL
+    from otel_bridge.config import AUTO, ENV_PREFIX, ENV_PROMETHEUS_URL, read_yaml
 
     environ = os.environ if environ is None else environ
     override = f"{ENV_PREFIX}PROMETHEUS__URL"
@@ -41,8 +39,7 @@ def prometheus_url_origin(config_path: Path | None, environ: Mapping[str, str] |
         return None
     file_url: Any = None
     if config_path is not None:
-        data = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-        section = data.get("prometheus") if isinstance(data, dict) else None
+        section = read_yaml(config_path).get("prometheus")
         file_url = section.get("url") if isinstance(section, dict) else None
     return f"env {ENV_PROMETHEUS_URL}" if file_url in (None, AUTO) else None
 

@@ -10,6 +10,7 @@ from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 from otel_bridge.errors import ConfigError
+from otel_bridge.prometheus.promql import duration
 
 _UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """Control characters (ESC starts every terminal escape sequence), bidirectional overrides and lone surrogates."""
@@ -65,3 +66,16 @@ def check_url(text: str, option: str) -> CheckedUrl:
         netloc += f":{port}"
     url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     return CheckedUrl(url=url, username=parts.username or None, had_password=parts.password is not None)
+
+
+def check_interval(seconds: float, option: str) -> float:
+    """``seconds`` when Prometheus takes it as an interval (from 1 ms to about 292 years, finite); a one-line
+    :class:`ConfigError` naming ``option`` otherwise (``inf`` or ``1e300`` would end in an ``OverflowError`` or a
+    file promtool refuses)."""
+    try:
+        if not seconds > 0:
+            raise ConfigError("an interval must be a positive number of seconds")
+        duration(seconds)
+    except ConfigError as exc:
+        raise ConfigError(f"{option} {seconds:g}: {exc}") from None
+    return seconds

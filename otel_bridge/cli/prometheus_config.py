@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,16 +29,15 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Write the config file."""
-    from otel_bridge.discovery import ray_service_discovery_path
-    from otel_bridge.discovery import normalize_targets, validate_target
+    from otel_bridge.cli.inputs import check_interval
+    from otel_bridge.discovery import normalize_targets, ray_service_discovery_path, validate_target
     from otel_bridge.tools import prometheus_config, write_prometheus_config
 
     # the options are checked under their own names first (the writer's errors name its arguments)
     normalize_targets(args.rollout, "--rollout")
     if args.trainer is not None:
         validate_target(args.trainer, "--trainer")
-    if not math.isfinite(args.interval) or args.interval < 0.001:
-        raise ConfigError(f"--interval {args.interval} is not a scrape interval: give seconds, at least 0.001 (1 ms)")
+    interval = check_interval(args.interval, "--interval")
     sd_file = args.ray_sd_file or (ray_service_discovery_path(args.ray_temp_dir) if args.ray_temp_dir else None)
     if not args.rollout and args.trainer is None and sd_file is None:
         raise ConfigError(
@@ -52,7 +50,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             ray_sd_file=sd_file,
             rollout_targets=args.rollout,
             trainer_target=args.trainer,
-            scrape_interval_s=args.interval,
+            scrape_interval_s=interval,
         ),
     )
     if not args.quiet:

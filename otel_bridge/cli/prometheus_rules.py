@@ -31,6 +31,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Write the rule file for the config's metrics."""
+    from otel_bridge.cli.inputs import check_interval
     from otel_bridge.producers import resolve_metrics
     from otel_bridge.producers.promql import counting, rules_document
     from otel_bridge.tools import write_rule_file
@@ -45,9 +46,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         )
     if not any(counting(q) for q in queries):
         raise ConfigError("the config's metrics have no counter, histogram or ratio: there is nothing to pre-sum")
-    interval = args.interval if args.interval is not None else config.prometheus.scrape_interval_s
-    if interval <= 0:
-        raise ConfigError(f"--interval {interval} is not a positive number of seconds")
+    if args.interval is not None:
+        interval = check_interval(args.interval, "--interval")
+    else:
+        interval = check_interval(config.prometheus.scrape_interval_s, "prometheus.scrape_interval_s")
     write_rule_file(args.out, rules_document(queries, interval))
     if not args.quiet:
         out.write(f"wrote {args.out}: load it with rule_files: in prometheus.yml\n")

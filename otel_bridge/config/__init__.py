@@ -14,6 +14,7 @@ from otel_bridge.config.load import (
     ENV_PREFIX,
     ENV_PROMETHEUS_URL,
     apply_env_overrides,
+    open_regular_file,
     read_yaml,
 )
 from otel_bridge.config.messages import format_validation_error
@@ -65,5 +66,6 @@ __all__ = [
     "TrackerConfig",
     "apply_env_overrides",
     "format_validation_error",
+    "open_regular_file",
     "read_yaml",
 ]

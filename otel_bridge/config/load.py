@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -35,6 +36,39 @@ Lines = dict[tuple[int | str, ...], int]
 """Where each key and list item of a YAML file is: its path (``("prometheus", "url")``, ``("metrics", 0)``) -> line."""
 
 
+def open_regular_file(path: Path, what: str) -> BinaryIO:
+    """``path`` open for reading in binary mode when it is a regular file (a symbolic link to one included); a
+    :class:`ConfigError` naming ``what`` and the path otherwise.
+
+    The file is opened without blocking (opening a FIFO no one writes to would wait for ever) and checked on the open
+    descriptor, so a FIFO, a device (``/dev/zero``), a socket or a directory is refused before anything is read and
+    cannot be swapped in between the check and the read. Readers still read bounded: a regular file can grow."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"{what} {path} is {_file_kind(mode)}, not a regular file: name a file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file); a :class:`ConfigError` otherwise."""
     return read_yaml_lines(path)[0]
@@ -42,6 +76,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 MAX_FILE_BYTES = 16 << 20
 """The largest configuration file read (16 MiB: a real one is a few kilobytes)."""
+MAX_SECRET_BYTES = 64 << 10
+"""The largest secret file read (64 KiB: a token or password is far shorter)."""
 MAX_VALUES = 1_000_000
 """The most values (scalars, lists and mappings, each alias counted as what it expands to) a file may hold."""
 
@@ -55,7 +91,7 @@ def read_yaml_lines(path: Path) -> tuple[dict[str, Any], Lines]:
     expands (through YAML aliases) to more than :data:`MAX_VALUES` values, refers to itself or nests deeper than the
     parser allows is a :class:`ConfigError` before anything is built from it."""
     try:
-        with path.open("rb") as file:
+        with open_regular_file(path, "config file") as file:
             raw = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
@@ -201,7 +237,14 @@ def read_secret(what: str, env: str | None, file: Path | None, environ: Mapping[
         return value.strip()
     if file is not None:
         try:
-            value = file.read_text(encoding="utf-8").strip()
+            with open_regular_file(file, f"the {what} file") as handle:
+                raw = handle.read(MAX_SECRET_BYTES + 1)
+            if len(raw) > MAX_SECRET_BYTES:
+                raise ConfigError(
+                    f"the {what} file {file} is larger than {MAX_SECRET_BYTES >> 10} KiB: check that it holds the "
+                    f"{what} alone"
+                )
+            value = raw.decode("utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read the {what} file {file}: {exc.strerror}; fix the path") from None
         except UnicodeDecodeError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
@@ -62,12 +62,20 @@ MAX_PROBLEMS = 50
 """The most problems one error lists (the rest are counted: ``... and 19950 more``)."""
 
 _SECRET_KEYS = re.compile(r"auth|password|token|secret|api_key|credential", re.IGNORECASE)
+HIDDEN: Final = "<hidden>"
+"""What a ``repr()`` shows instead of the value of a key that names credentials (:func:`names_a_secret`)."""
+
+
+def names_a_secret(key: str) -> bool:
+    """Whether a config key names credentials (``auth``, ``password``, ``token``, ``secret``, ``api_key``,
+    ``credential`` anywhere in it): its value is never quoted in an error or shown in a ``repr()``."""
+    return _SECRET_KEYS.search(key) is not None
 
 
 def _shown(loc: tuple[int | str, ...], value: Any) -> str:
     """``value`` as an error may quote it: never under a key that holds credentials (an inline secret written in the
     wrong shape, e.g. ``auth: "Bearer tok-..."`` or ``bearer_token_env: ["tok-..."]``), only its type there."""
-    if any(isinstance(part, str) and _SECRET_KEYS.search(part) for part in loc):
+    if any(isinstance(part, str) and names_a_secret(part) for part in loc):
         return f"a {type(value).__name__} (not shown: it may hold a secret)"
     if isinstance(value, str | bytes) and len(value) > MAX_SHOWN_CHARS:
         return f"{value[:MAX_SHOWN_CHARS]!r}... ({len(value)} characters)"

@@ -33,15 +33,23 @@ import copy
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self, get_args
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from otel_bridge.config.load import AUTO, Lines, apply_env_overrides, read_secret, read_yaml_lines
-from otel_bridge.config.messages import format_validation_error
+from otel_bridge.config.messages import HIDDEN, format_validation_error, names_a_secret
 from otel_bridge.config.trackers import BUILTIN_TRACKERS, plugin_tracker_types, unknown_tracker_message
 from otel_bridge.errors import ConfigError, redact_url_credentials
 from otel_bridge.prometheus_names import (
@@ -84,8 +92,25 @@ def _check_http_url(value: str, key: str, credentials_go: str, written: str | No
     return value.rstrip("/")
 
 
+def _takes_a_number(annotation: Any) -> bool:
+    """Whether a field of type ``annotation`` holds an int or float (and not a bool)."""
+    args = get_args(annotation) or (annotation,)
+    return bool({int, float} & set(args)) and bool not in args
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number field refuses ``true``/``false``, which pydantic would read as 1 and 0 (``full_scale: true``
+        would make a device's full scale 1)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and _takes_a_number(field.annotation):
+                raise ValueError(f"a number is needed, not the boolean {str(value).lower()}")
+        return value
 
     def __repr__(self) -> str:
         return redact_url_credentials(super().__repr__())
@@ -389,7 +414,17 @@ class MetricConfig(_Model):
         gt=0,
         description=(
             "The gauge's value when the device is fully busy (100 for a percentage, 1 for a ratio); needed by the "
-            "idle_seconds statistic."
+            "idle_seconds statistic. The gauge's values lie in [0, full_scale]: a series outside it in a step is "
+            "left out of that step's statistics (counted in otel_bridge/impossible_values)."
+        ),
+    )
+    busy_at: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "For the idle_seconds statistic of a gauge that counts work (vllm:num_requests_running): the value at and "
+            "above which the server is fully busy (1: busy while it runs a request). Values are held to "
+            "[0, busy_at], never left out; use full_scale instead for a utilization with a fixed scale."
         ),
     )
     max_groups: int | None = Field(
@@ -423,7 +458,9 @@ class MetricConfig(_Model):
                 raise ValueError(f"{label!r} is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
         if (self.promql is not None or self.ratio is not None) and not self.alias:
             raise ValueError("promql and ratio metrics need an alias (the key they are logged under)")
-        if self.preset is not None and (self.type or self.stats or self.alias or self.scale or self.full_scale):
+        if self.preset is not None and (
+            self.type or self.stats or self.alias or self.scale or self.full_scale or self.busy_at
+        ):
             raise ValueError("a preset entry takes only `preset` (and optionally `by`/`agg`/`labels`/`max_groups`)")
         known = self.type or (metric_kind(self.otlp.instrument) if self.otlp is not None else None)
         if known is not None and self.stats is not None:
@@ -433,10 +470,16 @@ class MetricConfig(_Model):
                 raise ValueError(f"stats {bad} are not valid for a {kind}; allowed: {allowed_stats(kind)}")
         if self.stats is not None and not self.stats:
             raise ValueError("stats must not be empty (omit it for the type's defaults)")
-        if self.stats is not None and IDLE_STAT in self.stats and self.full_scale is None:
+        if self.full_scale is not None and self.busy_at is not None:
+            raise ValueError(
+                "set one of full_scale (a utilization's fixed scale: values outside it are impossible) and busy_at "
+                "(a count's value from which the server is fully busy: values above it are held to it)"
+            )
+        if self.stats is not None and IDLE_STAT in self.stats and self.full_scale is None and self.busy_at is None:
             raise ValueError(
                 f"stat {IDLE_STAT} needs full_scale: the gauge's value when the device is fully busy "
-                "(100 for a percentage such as DCGM_FI_DEV_GPU_UTIL, 1 for a ratio such as DCGM_FI_PROF_SM_ACTIVE)"
+                "(100 for a percentage such as DCGM_FI_DEV_GPU_UTIL, 1 for a ratio such as DCGM_FI_PROF_SM_ACTIVE), "
+                "or busy_at for a count (1 for vllm:num_requests_running)"
             )
         return self
 
@@ -469,6 +512,12 @@ class TrackerConfig(BaseModel):
 
     def __str__(self) -> str:
         return redact_url_credentials(super().__str__())
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The fields ``repr()`` shows: an option whose key names credentials (``api_key``, ``token``, ...; a backend
+        refuses it or reads it) is shown as :data:`HIDDEN`, never its value."""
+        for name, value in super().__repr_args__():
+            yield name, HIDDEN if name is not None and names_a_secret(name) else value
 
     def options(self) -> dict[str, Any]:
         """The backend-specific options (everything but ``type``)."""
@@ -706,7 +755,10 @@ class BridgeConfig(_Model):
             data, lines = read_yaml_lines(Path(source))
             what = f"otel-bridge config file {source}"
         elif isinstance(source, Mapping):
-            data = copy.deepcopy(dict(source))
+            try:
+                data = copy.deepcopy(dict(source))
+            except RecursionError:
+                raise ConfigError(f"{what} nests lists or mappings too deeply to read; flatten it") from None
         else:
             raise ConfigError(f"config must be a path, a mapping or a BridgeConfig, not {type(source).__name__}")
         data = apply_env_overrides(data, os.environ if environ is None else environ)

@@ -13,7 +13,8 @@ the record's notes say which keys that tracker received under which name:
   names that ``posixpath.normpath`` leaves alone: ``@`` becomes ``_at_`` (what verl's own MLflow logger writes), any
   other character outside that set ``_``, empty segments are dropped and a segment of dots becomes as many ``_``;
 - wandb (:data:`WANDB_KEYS`) reserves keys starting with ``_`` for its own fields (``_step``, ``_runtime``): the
-  leading ``_`` are dropped;
+  leading ``_`` are dropped; a ``*`` before the key's last character becomes ``_`` (``define_metric`` takes a glob
+  suffix only);
 - trackio (:data:`TRACKIO_KEYS`) uses ``project``, ``run``, ``timestamp``, ``step``, ``time`` and ``metrics`` in its
   rows (they get a trailing ``_``) and keys starting with ``__`` (their leading ``_`` are dropped).
 
@@ -247,7 +248,9 @@ def _mlflow_name(key: str) -> str:
 
 
 def _wandb_name(key: str) -> str:
-    return key.lstrip("_") or f"unnamed_{stable_hash(key)}"
+    # define_metric refuses a `*` anywhere but at the end, escaped or not ("glob suffixes only", wandb 0.31)
+    globbed = key[:-1].replace("*", "_") + key[-1:]
+    return globbed.lstrip("_") or f"unnamed_{stable_hash(key)}"
 
 
 MLFLOW_KEYS: Final = KeyRule(
@@ -258,8 +261,14 @@ MLFLOW_KEYS: Final = KeyRule(
 )
 """MLflow's rule (``mlflow/utils/validation.py``: ``_validate_metric_name``)."""
 
-WANDB_KEYS: Final = KeyRule("wandb", "wandb keeps keys that start with '_' for its own fields", _wandb_name)
-"""wandb's rule: keys starting with ``_`` are its own (``_step``, ``_runtime``, ``_timestamp``)."""
+WANDB_KEYS: Final = KeyRule(
+    "wandb",
+    "wandb keeps keys that start with '_' for its own fields, and its define_metric takes '*' only at a key's end",
+    _wandb_name,
+)
+"""wandb's rule: keys starting with ``_`` are its own (``_step``, ``_runtime``, ``_timestamp``); ``define_metric``
+refuses a ``*`` before a name's last character, escaped or not (``wandb/sdk/wandb_run.py``: "glob suffixes only"),
+so such a ``*`` becomes ``_``."""
 
 TRACKIO_RESERVED: Final = frozenset({"project", "run", "timestamp", "step", "time", "metrics"})
 """Keys trackio renames (to ``__<key>``) because its rows use them."""

@@ -28,7 +28,9 @@ class MetricQuery:
     ``kind`` is ``None`` until known: metrics configured without ``type`` get it from the source's metadata at start-up
     (:meth:`with_kind`). ``promql`` queries are raw expressions; ``ratio`` queries divide two counters' deltas.
     ``scale`` multiplies every statistic (a unit conversion); ``full_scale`` is a gauge's value when the device it
-    measures is fully busy (the ``idle_seconds`` statistic needs it). ``roles`` (set when ``by`` holds
+    measures is fully busy (values outside ``[0, full_scale]`` are impossible), ``busy_at`` a count's value from which
+    the server is fully busy (values above it are held to it): the ``idle_seconds`` statistic needs one of them
+    (:attr:`idle_scale`). ``roles`` (set when ``by`` holds
     :data:`ROLE_LABEL` and roles are configured) are ``(role, label set)`` pairs: a series gets the ``role`` label of
     every role one of whose label sets it carries (:meth:`roles_of`).
     """
@@ -44,6 +46,7 @@ class MetricQuery:
     ratio: tuple[str, str] | None = None
     scale: float = 1.0
     full_scale: float | None = None
+    busy_at: float | None = None
     roles: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     source_index: int = field(default=0, compare=False)
     max_groups: int = DEFAULT_MAX_GROUPS
@@ -79,6 +82,11 @@ class MetricQuery:
                 f"valid for a {kind}; allowed: {allowed_stats(kind)}"
             )
         return replace(self, kind=kind, stats=stats)
+
+    @property
+    def idle_scale(self) -> float | None:
+        """The value of a fully busy device for ``idle_seconds``: ``busy_at``, else ``full_scale``."""
+        return self.busy_at if self.busy_at is not None else self.full_scale
 
     def series_names(self) -> tuple[str, ...]:
         """The Prometheus sample names this query reads raw (counters, histograms, ratios)."""
@@ -153,6 +161,7 @@ def _query(config: MetricConfig, index: int, max_groups: int) -> MetricQuery:
         "matchers": tuple(sorted(config.labels.items())),
         "scale": config.scale if config.scale is not None else 1.0,
         "full_scale": config.full_scale,
+        "busy_at": config.busy_at,
         "source_index": index,
         "max_groups": config.max_groups if config.max_groups is not None else max_groups,
     }

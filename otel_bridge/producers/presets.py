@@ -14,11 +14,19 @@ from typing import Any, Final
 from otel_bridge.config import PRESET_NAMES
 
 
-def _mean_and_busiest_gpu(name: str) -> list[dict[str, Any]]:
-    """A per-GPU gauge twice: its mean over the step and the GPUs, and the highest value any GPU reached."""
+def _mean_and_busiest_gpu(name: str, full_scale: float) -> list[dict[str, Any]]:
+    """A per-GPU utilization gauge twice: its mean over the step and the GPUs, and the highest value any GPU reached;
+    a GPU's values outside ``[0, full_scale]`` leave it out of the step (``metrics[].full_scale``)."""
     return [
-        {"name": name, "type": "gauge", "stats": ["mean"], "agg": "mean"},
-        {"name": name, "type": "gauge", "stats": ["max"], "agg": "max", "alias": f"{name}:busiest_gpu"},
+        {"name": name, "type": "gauge", "stats": ["mean"], "agg": "mean", "full_scale": full_scale},
+        {
+            "name": name,
+            "type": "gauge",
+            "stats": ["max"],
+            "agg": "max",
+            "full_scale": full_scale,
+            "alias": f"{name}:busiest_gpu",
+        },
     ]
 
 
@@ -42,14 +50,14 @@ VLLM: Final[list[dict[str, Any]]] = [
     {"name": "vllm:num_requests_running", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "vllm:num_requests_waiting", "type": "gauge", "stats": ["last", "max"], "agg": "sum"},
     {"name": "vllm:kv_cache_usage_perc", "type": "gauge", "stats": ["max", "mean"], "agg": "max"},
-    # The seconds each server ran no request, summed over the servers (full_scale 1: a server is busy while it runs at
+    # The seconds each server ran no request, summed over the servers (busy_at 1: a server is busy while it runs at
     # least one request): idle server-seconds, read beside idle GPU-seconds (docs/step-numbers.md).
     {
         "name": "vllm:num_requests_running",
         "type": "gauge",
         "stats": ["idle_seconds"],
         "agg": "sum",
-        "full_scale": 1.0,
+        "busy_at": 1.0,
         "alias": "vllm:num_requests_running:servers",
     },
     # vLLM's sleep mode, one series per sleep_state (awake, weights_offloaded: level 1, discard_all: level 2), each 1
@@ -101,7 +109,7 @@ RAY: Final[list[dict[str, Any]]] = [
     {"name": "ray_node_cpu_utilization", "type": "gauge", "stats": ["mean", "max"], "agg": "mean"},
     {"name": "ray_node_mem_used", "type": "gauge", "stats": ["max"], "agg": "sum"},
     {"name": "ray_node_mem_total", "type": "gauge", "stats": ["last"], "agg": "sum"},
-    *_mean_and_busiest_gpu("ray_node_gpus_utilization"),
+    *_mean_and_busiest_gpu("ray_node_gpus_utilization", 100.0),
     # One series per GPU (GpuIndex) since Ray 2.x's GPU_TAG_KEYS, each 0..100; Ray releases that labelled it by ip
     # alone summed a node's GPUs (0..GPUs x 100), which this idle figure would misread.
     _idle_gpu_seconds("ray_node_gpus_utilization", 100.0),
@@ -121,7 +129,7 @@ RAY: Final[list[dict[str, Any]]] = [
 # DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION a counter, "Total energy consumption since boot (in mJ)": reported in joules
 # (scale 0.001). DCGM_FI_DEV_GPU_UTIL:gpus/idle_seconds is the GPU-seconds the GPUs were idle (docs/gpu-time.md).
 DCGM: Final[list[dict[str, Any]]] = [
-    *_mean_and_busiest_gpu("DCGM_FI_DEV_GPU_UTIL"),
+    *_mean_and_busiest_gpu("DCGM_FI_DEV_GPU_UTIL", 100.0),
     _idle_gpu_seconds("DCGM_FI_DEV_GPU_UTIL", 100.0),
     {"name": "DCGM_FI_DEV_FB_USED", "type": "gauge", "stats": ["max"], "agg": "max"},
     {"name": "DCGM_FI_DEV_FB_FREE", "type": "gauge", "stats": ["min"], "agg": "min"},
@@ -134,9 +142,9 @@ DCGM: Final[list[dict[str, Any]]] = [
         "alias": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:joules",
     },
     {"name": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "stats": ["max"], "agg": "max"},
-    {"name": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
-    {"name": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
-    {"name": "DCGM_FI_PROF_DRAM_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean"},
+    {"name": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean", "full_scale": 1.0},
+    {"name": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean", "full_scale": 1.0},
+    {"name": "DCGM_FI_PROF_DRAM_ACTIVE", "type": "gauge", "stats": ["mean"], "agg": "mean", "full_scale": 1.0},
 ]
 
 # AMD's device-metrics-exporter (ROCm/device-metrics-exporter, docs/configuration/metricslist.md): one series per GPU,
@@ -144,7 +152,7 @@ DCGM: Final[list[dict[str, Any]]] = [
 # "Accumulated energy consumed by the GPU in Micro Jules (uJ)" (read as a counter, reported in joules: scale 1e-6),
 # GPU_USED_VRAM "Total VRAM memory used in MB"; exposed in Prometheus under the lower-case names.
 AMD: Final[list[dict[str, Any]]] = [
-    *_mean_and_busiest_gpu("gpu_gfx_activity"),
+    *_mean_and_busiest_gpu("gpu_gfx_activity", 100.0),
     _idle_gpu_seconds("gpu_gfx_activity", 100.0),
     {"name": "gpu_used_vram", "type": "gauge", "stats": ["max"], "agg": "max"},
     {"name": "gpu_power_usage", "type": "gauge", "stats": ["mean"], "agg": "sum"},

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from opentelemetry.sdk.metrics.export import Gauge, Metric
 
-from otel_bridge.health import GROUPS_DROPPED, Health
+from otel_bridge.health import GROUPS_DROPPED, IMPOSSIBLE_VALUES, Health
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
@@ -105,8 +105,9 @@ def idle_seconds(samples: Sequence[Sample], window: StepWindow, full_scale: floa
     """The seconds of the window a device was idle: ``seconds - sum(busy_i / full_scale x d_i)``.
 
     ``busy_i`` is each sample inside the window held to ``[0, full_scale]``, ``full_scale`` the gauge's value at and
-    above which the device is fully busy: 100 for ``DCGM_FI_DEV_GPU_UTIL``, 1 for a ``DCGM_FI_PROF_*`` ratio, and 1
-    for a count such as ``vllm:num_requests_running``, whose samples are then 1 (running at least one request) or 0
+    above which the device is fully busy (:attr:`MetricQuery.idle_scale`): 100 for ``DCGM_FI_DEV_GPU_UTIL``, 1 for a
+    ``DCGM_FI_PROF_*`` ratio (whose values outside that range :func:`compute_stats` leaves out before), and ``busy_at``
+    1 for a count such as ``vllm:num_requests_running``, whose samples are then 1 (running at least one request) or 0
     (none). Each sample stands for the time since the previous one (the first for the time since the window's start,
     the last also for the time up to its end): ``d_i``. Evenly spaced samples (a scrape interval) weigh the same, and
     the figure is ``seconds x (1 - mean(busy) / full_scale)``; samples bunched together (the scrape path's readings at
@@ -127,6 +128,13 @@ def idle_seconds(samples: Sequence[Sample], window: StepWindow, full_scale: floa
         min(max(v, 0.0), full_scale) / full_scale * (b - a) for (_, v), a, b in zip(inside, since, until, strict=True)
     )
     return window.seconds - busy
+
+
+def out_of_range(samples: Sequence[Sample], window: StepWindow, full_scale: float) -> bool:
+    """Whether a sample inside the window lies outside ``[0, full_scale]``: a utilization of 150 % or -50 % is no
+    device's (a broken exporter), and no statistic of the series in this window is trusted. NaN is not out of range
+    (the statistics handle it as Prometheus does)."""
+    return any(not 0.0 <= v <= full_scale for _, v in in_window(samples, window) if not math.isnan(v))
 
 
 def gauge_statistic(
@@ -380,16 +388,31 @@ def with_roles(query: MetricQuery, series: Sequence[RawSeries]) -> list[RawSerie
     return [replace(s, labels={**s.labels, ROLE_LABEL: role}) for s in series for role in query.roles_of(s.labels)]
 
 
-def compute_stats(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint] | None:
+def compute_stats(
+    query: MetricQuery,
+    series: Sequence[RawSeries],
+    window: StepWindow,
+    impossible: ImpossibleValues | None = None,
+) -> list[StatPoint] | None:
     """Window statistics of ``query`` from raw ``series``; ``None`` when no series matches (a missing metric).
 
-    Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points.
+    Without a window start, statistics that need a baseline (counter, histogram, ratio) yield no points. A gauge
+    with a ``full_scale`` leaves out of the window's statistics each series with a sample outside ``[0,
+    full_scale]`` in the window (:func:`out_of_range`), and tells ``impossible`` how many it left out.
     """
     if query.kind == "gauge" and query.ratio is None:
         series = with_roles(query, series)
         assert query.name is not None
         selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
-        return _gauge(query, selected, window) if selected else None
+        if not selected:
+            return None
+        if query.full_scale is not None:
+            full_scale = query.full_scale
+            possible = [s for s in selected if not out_of_range(s.samples, window, full_scale)]
+            if impossible is not None and len(possible) < len(selected):
+                impossible(query, len(selected) - len(possible), window)
+            selected = possible
+        return _gauge(query, selected, window)
     increases = window_increases(query, series, window)
     if increases is None:
         return None
@@ -462,7 +485,7 @@ def _gauge(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) 
     for stat in stats:
         per_group: dict[Group, list[float]] = defaultdict(list)
         for s in series:
-            value = gauge_statistic(stat, s.samples, window, query.full_scale)
+            value = gauge_statistic(stat, s.samples, window, query.idle_scale)
             if value is not None and not math.isnan(value):
                 per_group[group_of(s.labels, query.by)].append(value)
         for group, values in sorted(per_group.items()):
@@ -605,6 +628,33 @@ class GroupBound:
                 query.entry,
             )
         return bounded.points
+
+
+class ImpossibleValues:
+    """Counts and names the series a gauge with a ``full_scale`` left out of a window for values outside ``[0,
+    full_scale]`` (:func:`compute_stats`, and the PromQL path's count of them): the health counter
+    ``otel_bridge/impossible_values{metric}`` (series x windows) and one WARNING per metric (rate-limited) naming the
+    range and what to check."""
+
+    def __init__(self, health: Health, warn: RateLimitedLogger) -> None:
+        self._health = health
+        self._warn = warn
+
+    def __call__(self, query: MetricQuery, series: int, window: StepWindow) -> None:
+        """``series`` of ``query`` were left out of ``window``'s statistics."""
+        self._health.count(IMPOSSIBLE_VALUES, float(series), labels={"metric": query.key_name})
+        self._warn.warning(
+            f"impossible:{query.key_name}",
+            "step %d: %d series of metric %s (metrics[%d]) had values outside [0, %g] (0 to its full_scale) in the "
+            "step: no device reads that, so they are left out of its statistics in this step, counted in %s; check "
+            "the exporter, or the metric's full_scale",
+            window.step,
+            series,
+            query.key_name,
+            query.source_index,
+            query.full_scale,
+            IMPOSSIBLE_VALUES,
+        )
 
 
 def to_metric(query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> Metric:

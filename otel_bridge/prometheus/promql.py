@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from otel_bridge.errors import ConfigError
 from otel_bridge.prometheus_names import LABEL_NAME, METRIC_NAME
@@ -127,15 +128,26 @@ def selector(metric: str, matchers: Mapping[str, str] | None = None, *, utf8: bo
     return f"{metric}{{{','.join(inner)}}}"
 
 
+MAX_DURATION_MS: Final = (2**63 - 1) // 1_000_000
+"""The longest duration Prometheus parses, in milliseconds: it holds durations as int64 nanoseconds (Go's
+``time.Duration``; ``model.ParseDuration`` refuses more as "out of range"), about 292 years."""
+
+
 def duration(seconds: float) -> str:
     """Format ``seconds`` as a PromQL duration with millisecond precision: ``30.0`` -> ``"30s"``,
     ``1.5`` -> ``"1500ms"``.
 
     Whole seconds are written in ``s``, anything else in ``ms``. Raises :class:`ConfigError` for a
-    value that is not finite or rounds to less than one millisecond.
+    value that is not finite, rounds to less than one millisecond or is longer than Prometheus parses
+    (:data:`MAX_DURATION_MS`).
     """
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
         raise ConfigError(f"a PromQL duration must be a finite number of seconds, got {seconds!r}")
+    if seconds * 1000 > MAX_DURATION_MS:
+        raise ConfigError(
+            f"a PromQL duration must be at most {MAX_DURATION_MS // 1000} seconds (about 292 years, the longest "
+            f"Prometheus parses), got {seconds!r} seconds"
+        )
     millis = round(seconds * 1000)
     if millis < 1:
         raise ConfigError(f"a PromQL duration must be at least 1ms, got {seconds!r} seconds")

@@ -30,6 +30,7 @@ import yaml
 
 from otel_bridge.discovery import normalize_targets
 from otel_bridge.errors import ConfigError
+from otel_bridge.prometheus import promql
 
 _log = logging.getLogger(__name__)
 
@@ -40,10 +41,10 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 def _duration(seconds: float, key: str) -> str:
     if not seconds > 0:
         raise ConfigError(f"{key} = {seconds} must be > 0 seconds")
-    millis = round(seconds * 1000)
-    if millis < 1:
-        raise ConfigError(f"{key} = {seconds} is below Prometheus' 1 ms resolution")
-    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+    try:
+        return promql.duration(seconds)
+    except ConfigError as exc:
+        raise ConfigError(f"{key} = {seconds}: {exc}") from None
 
 
 def _metrics_path(value: str, key: str) -> str:

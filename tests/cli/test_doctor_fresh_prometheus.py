@@ -113,7 +113,7 @@ def test_a_target_never_scraped_fails_after_a_bounded_wait_and_says_so() -> None
         check, elapsed = check_targets(server)
     assert check["status"] == "fail"
     assert check["detail"] == (
-        "1/2 up; not scraped yet by Prometheus after waiting 2.5s (its scrape interval and timeout, plus 1s): "
+        "1/2 up; 1 not scraped yet by Prometheus after waiting 2.5s (its scrape interval and timeout, plus 1s): "
         "http://127.0.0.1:8001/metrics"
     )
     assert "down" not in (check["fix"] or "")
@@ -124,7 +124,7 @@ def test_a_down_target_is_reported_at_once() -> None:
     with prometheus_answering(iter([[target("up"), target("down", error="connection refused")]])) as server:
         check, elapsed = check_targets(server)
     assert check["status"] == "fail"
-    assert check["detail"] == "1/2 up; down: http://127.0.0.1:8000/metrics: down (connection refused)"
+    assert check["detail"] == "1/2 up; 1 down: http://127.0.0.1:8000/metrics: down (connection refused)"
     assert check["fix"] == "start the servers that are down, or remove them from Prometheus' scrape config"
     assert elapsed < 1.0
 

@@ -56,9 +56,10 @@ def mlflow_accepts(key: str) -> bool:
 # wandb (not installed here): ``run.log`` requires ``str`` keys; keys starting with "_" are wandb's own
 # (``_step``, ``_runtime``, ``_timestamp``, ``_wandb``), documented at docs.wandb.ai "Log objects and media".
 # Its GraphQL naming advice (letters, digits, "_") only affects sorting/filtering in the UI, and "/" is how
-# wandb groups panels, so it is not a rejection rule.
+# wandb groups panels, so it is not a rejection rule. Every key is declared with ``define_metric``, which refuses a
+# "*" before a name's last character, escaped or not (wandb/sdk/wandb_run.py: "glob suffixes only").
 def wandb_accepts(key: str) -> bool:
-    return isinstance(key, str) and key != "" and not key.startswith("_")
+    return isinstance(key, str) and key != "" and not key.startswith("_") and "*" not in key[:-1]
 
 
 # TensorBoard: any tag is accepted; the only requirement is that the tag survives the Summary proto

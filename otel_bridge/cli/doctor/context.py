@@ -9,15 +9,22 @@ the configured metrics (:mod:`~otel_bridge.cli.doctor.metrics`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal, TypeVar
 
 from otel_bridge.cli.inputs import without_url_passwords
 from otel_bridge.producers import MetricQuery
 from otel_bridge.producers.promql import Store
 
+MAX_TEXT_CHARS: Final = 2000
+"""The most characters of a check's detail or fix that doctor prints (the rest is counted): a server's answer (a
+version string, a scrape error) can be any length."""
+MAX_LISTED: Final = 5
+"""The most items (targets, series) a check lists by name; the rest are counted."""
+
+T = TypeVar("T")
 Status = Literal["pass", "fail", "warn", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "skip")
 
@@ -69,13 +76,18 @@ class DoctorContext:
     def _scrub(self, text: str | None) -> str | None:
         if text is None:
             return None
+        # Cut first to a few times what is shown: scrubbing a megabyte of a server's text takes minutes (the URL
+        # pattern rescans every run of letters), and a secret starting in the part shown is still whole in this.
+        text = text[: 4 * MAX_TEXT_CHARS]
         text = without_url_passwords(text)
         for secret in self._secrets:
             text = text.replace(secret, "***")
+        if len(text) > MAX_TEXT_CHARS:  # cut again after scrubbing: a secret cut in two would not be found
+            text = f"{text[:MAX_TEXT_CHARS]}... (cut at {MAX_TEXT_CHARS} characters)"
         return text
 
     def add(self, name: str, status: Status, detail: str, fix: str | None = None) -> Check:
-        """Record one check's outcome."""
+        """Record one check's outcome, its texts scrubbed and at most :data:`MAX_TEXT_CHARS` long."""
         check = Check(name, status, self._scrub(detail) or "", self._scrub(fix))
         self.checks.append(check)
         return check
@@ -88,3 +100,10 @@ class DoctorContext:
     def ok(self) -> bool:
         """No check failed."""
         return all(c.status != "fail" for c in self.checks)
+
+
+def listed(items: Sequence[T], describe: Callable[[T], str], separator: str = "; ") -> str:
+    """The first :data:`MAX_LISTED` of ``items`` described, then how many more there are (``a; b; ... and 99995
+    more``): only those shown are described."""
+    shown = separator.join(describe(item) for item in items[:MAX_LISTED])
+    return shown + (f"{separator}... and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -152,13 +154,15 @@ def _check_tracker(context: DoctorContext, tracker: TrackerConfig) -> None:
         record = StepRecord(step=0, values={"otel_bridge/doctor": 1.0}, time=time.time(), window_start=None)
         wandb_env = _temporary_env({"WANDB_SILENT": "true", "WANDB_DIR": tmp}) if tracker.type == "wandb" else None
         try:
-            backend = create_backend(tracker.type, options, run_dir)
-            try:
-                if tracker.type != "console":
-                    backend.write(record)
-                    backend.flush()
-            finally:
-                backend.close()
+            # a tracker library's own prints (MLflow's "View run at ...") go to stderr: stdout is doctor's table or JSON
+            with contextlib.redirect_stdout(sys.stderr) if tracker.type != "console" else contextlib.nullcontext():
+                backend = create_backend(tracker.type, options, run_dir)
+                try:
+                    if tracker.type != "console":
+                        backend.write(record)
+                        backend.flush()
+                finally:
+                    backend.close()
         except ConfigError as exc:
             context.add(name, "fail", str(exc), "fix the tracker's options or install its extra as the message says")
             return

@@ -4,6 +4,8 @@ read a step from it, its targets are up, its scrape interval fits the steps."""
 from __future__ import annotations
 
 import json
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -11,9 +13,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.cli.doctor.context import DoctorContext
-from otel_bridge.config import AUTO, BridgeConfig
-from otel_bridge.errors import DiscoveryError, PrometheusError, PrometheusUnreachableError
+from otel_bridge.cli.doctor.context import DoctorContext, listed
+from otel_bridge.config import AUTO, BridgeConfig, open_regular_file
+from otel_bridge.errors import ConfigError, DiscoveryError, PrometheusError, PrometheusUnreachableError
 from otel_bridge.pipeline import DEFAULT_RUN_PREFIX, runs_of
 from otel_bridge.producers.promql import Store, counting, detect_store, find_rules
 from otel_bridge.prometheus import PrometheusClient
@@ -65,12 +67,24 @@ def first_scrape_wait_s(targets: list[dict[str, Any]]) -> float:
 
 
 def _age_s(client: PrometheusClient) -> float | None:
-    """Seconds since Prometheus started (its ``startTime``); ``None`` when it does not say."""
+    """Seconds since Prometheus started (its ``startTime``); ``None`` when it does not say, or says a time no clock
+    can hold (year 1 without a zone, before 1970 on a platform whose clock starts there)."""
     try:
-        started = datetime.fromisoformat(str(client.runtimeinfo().get("startTime")))
-    except (PrometheusError, ValueError):
+        started = datetime.fromisoformat(str(client.runtimeinfo().get("startTime"))[:64]).timestamp()
+    except (PrometheusError, ValueError, OverflowError, OSError):
         return None
-    return time.time() - started.timestamp()
+    return time.time() - started
+
+
+def _down(target: dict[str, Any]) -> str:
+    error = target.get("lastError") or "no error yet"
+    return f"{_short(target.get('scrapeUrl', '?'))}: {_short(target.get('health'))} ({_short(error)})"
+
+
+def _short(value: object, limit: int = 200) -> str:
+    """``value`` as doctor quotes a server's text: at most ``limit`` characters, the rest counted."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def check_prometheus(context: DoctorContext, config: BridgeConfig) -> PrometheusClient | None:
@@ -206,16 +220,11 @@ def check_prometheus_targets(context: DoctorContext, client: PrometheusClient) -
     up = len(targets) - len(down) - len(unscraped)
     problems = []
     if down:
-        problems.append(
-            "down: "
-            + "; ".join(
-                f"{t.get('scrapeUrl', '?')}: {t.get('health')} ({t.get('lastError') or 'no error yet'})" for t in down
-            )
-        )
+        problems.append(f"{len(down)} down: " + listed(down, _down))
     if unscraped:
         problems.append(
-            f"not scraped yet by Prometheus after waiting {first_scrape_wait_s(unscraped):g}s (its scrape interval "
-            "and timeout, plus 1s): " + "; ".join(str(t.get("scrapeUrl", "?")) for t in unscraped)
+            f"{len(unscraped)} not scraped yet by Prometheus after waiting {first_scrape_wait_s(unscraped):g}s (its "
+            "scrape interval and timeout, plus 1s): " + listed(unscraped, lambda t: _short(t.get("scrapeUrl", "?")))
         )
     if problems:
         fixes = []
@@ -245,7 +254,11 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
         "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
         "else Prometheus' samples (prometheus.boundary: auto)",
     }[prom.boundary]
-    steps = _latest_step_seconds(runs_of(config.run))
+    try:
+        steps = _latest_step_seconds(runs_of(config.run))
+    except ConfigError as exc:
+        context.add("step boundaries", "warn", f"cannot compare step lengths: {exc}", "point run.dir at a run's files")
+        return
     if steps is None:
         named = config.run.name or f"{DEFAULT_RUN_PREFIX}<time> (no run.name)"
         context.add(
@@ -287,25 +300,41 @@ def _boundary_fix(boundary: str, max_targets: int, median_s: float) -> str:
     )
 
 
-def _mtime(path: Path) -> float:
-    return path.stat().st_mtime
+_RUN_TAIL_BYTES = 4 << 20
+"""How much of a run's ``metrics.jsonl`` doctor reads: its last 4 MiB (thousands of steps, the recent ones)."""
 
 
 def _latest_step_seconds(runs: Sequence[Path]) -> tuple[Path, float] | None:
     """The newest of the config's ``runs`` (oldest first, :func:`~otel_bridge.pipeline.run_dir.runs_of`) with step
-    records in ``metrics.jsonl``, and the median length of its steps' windows (``None``: no such run)."""
-    recorded = sorted((run / "metrics.jsonl" for run in runs if (run / "metrics.jsonl").is_file()), key=_mtime)
+    records in ``metrics.jsonl``, and the median length of its steps' windows (``None``: no such run), from the
+    file's last :data:`_RUN_TAIL_BYTES`. A ``metrics.jsonl`` that is not a regular file (a FIFO, a link to a device)
+    is a :class:`ConfigError` naming it, raised before anything is read from it."""
+    recorded = sorted((run / "metrics.jsonl" for run in runs if (run / "metrics.jsonl").exists()), key=_mtime)
     for path in reversed(recorded):
+        with open_regular_file(path, "the run's records") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > _RUN_TAIL_BYTES:
+                file.seek(size - _RUN_TAIL_BYTES)
+                file.readline()  # the rest of a line cut by the seek
+            tail = file.read(_RUN_TAIL_BYTES)
         lengths = []
-        with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                start, end = record.get("window_start"), record.get("time")
-                if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
-                    lengths.append(end - start)
+        for line in tail.splitlines():
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+                continue
+            if not isinstance(record, dict):
+                continue
+            start, end = record.get("window_start"), record.get("time")
+            if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+                lengths.append(end - start)
         if lengths:
             return path.parent, statistics.median(lengths)
     return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # a dangling link: the oldest, and refused when read
+        return -math.inf

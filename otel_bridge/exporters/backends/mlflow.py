@@ -9,15 +9,18 @@ keys is split into several batches; a retried record resumes after the batches a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import os
 import posixpath
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
-from otel_bridge.errors import BackendError, ConfigError, install_hint
+from otel_bridge.errors import BackendError, ConfigError, install_hint, redact_url_credentials, redacted_cause
 from otel_bridge.exporters.backends.options import BackendOptions, NonEmptyStr, StrMapping, parse_options
 from otel_bridge.exporters.naming import MLFLOW_KEYS, MLFLOW_NAME
 from otel_bridge.exporters.record import StepRecord
@@ -122,7 +125,7 @@ class MlflowBackend:
                 raise BackendError(
                     f"mlflow: cannot log step {record.step} (batch {index + 1} of {len(batches)}) to run "
                     f"{self.run_id}: {err}"
-                ) from err
+                ) from redacted_cause(err)
         self._resume = None
 
     def flush(self) -> None:
@@ -136,9 +139,30 @@ class MlflowBackend:
         if not self.owns_run:
             return
         try:
-            self.client.set_terminated(self.run_id, status="FINISHED")
+            # MLflow prints "View run ... at: <tracking URI>/#/..." to stdout when it ends a run on a tracking server,
+            # user information included
+            with contextlib.redirect_stdout(_RedactingStream(sys.stdout)):
+                self.client.set_terminated(self.run_id, status="FINISHED")
         except (self._mlflow_error, OSError) as err:
-            raise BackendError(f"mlflow: cannot end run {self.run_id}: {err}") from err
+            raise BackendError(f"mlflow: cannot end run {self.run_id}: {err}") from redacted_cause(err)
+
+
+class _RedactingStream(io.TextIOBase):
+    """Writes to ``stream`` with URL credentials replaced (:func:`redact_url_credentials`) in each write. Whatever
+    another thread prints while it stands in for ``sys.stdout`` goes through it too, unchanged but for credentials."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact_url_credentials(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBackend:
@@ -171,7 +195,7 @@ def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBa
                 f"tracking_uri is {tracking_uri}; remove tracking_uri to log into the active run, or set run_id"
             )
         run_id = active.info.run_id
-        _log.info("mlflow: logging into the active run %s on %s", run_id, current_uri)
+        _log.info("mlflow: logging into the active run %s on %s", run_id, redact_url_credentials(current_uri))
         tracking_uri = current_uri
     if run_id is not None:
         if ignored:
@@ -187,7 +211,7 @@ def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBa
         except MlflowException as err:
             raise BackendError(
                 f"mlflow: cannot find run {run_id!r} at {client.tracking_uri}: {err}; check run_id and tracking_uri"
-            ) from err
+            ) from redacted_cause(err)
         return backend(client, run_id, owns_run=False)
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -202,6 +226,11 @@ def create_mlflow_backend(options: Mapping[str, Any], run_dir: Path) -> MlflowBa
         raise BackendError(
             f"mlflow: cannot create a run in experiment {experiment_name!r} at {client.tracking_uri}: {err}; "
             "check tracking_uri and experiment"
-        ) from err
-    _log.info("mlflow: created run %s in experiment %r at %s", run.info.run_id, experiment_name, client.tracking_uri)
+        ) from redacted_cause(err)
+    _log.info(
+        "mlflow: created run %s in experiment %r at %s",
+        run.info.run_id,
+        experiment_name,
+        redact_url_credentials(client.tracking_uri),
+    )
     return backend(client, run.info.run_id, owns_run=True)

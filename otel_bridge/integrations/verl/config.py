@@ -160,7 +160,7 @@ def verl_bridge_config(
     ``file``)."""
     loaded = BridgeConfig.load(bridge_config)
     verl_prometheus = rollout_prometheus(config)
-    if verl_prometheus is not None and _field(verl_prometheus, "enable", False):
+    if verl_prometheus is not None and _enabled(verl_prometheus):
         derived = bridge_config_from_verl(verl_prometheus, prefix=loaded.naming.infra_prefix)
         update: dict[str, Any] = {}
         if not loaded.metrics:
@@ -252,18 +252,18 @@ def bridge_config_from_verl(
     ``overrides`` are further top-level config sections (``trackers=[...]``, ``run={...}``).
     """
 
-    def field(name: str, default: Any = None) -> Any:
-        return _field(prometheus_cfg, name, default)
-
     data: dict[str, Any] = {"naming": {"infra_prefix": prefix}, **overrides}
-    if not field("enable", False):
+    if not _enabled(prometheus_cfg):
         return BridgeConfig.from_dict(data)
-    names = metrics_to_log if metrics_to_log is not None else field("metrics_to_log")
-    model = verl_served_model_name(field("served_model_name"))
+    if metrics_to_log is not None:
+        names = _names(metrics_to_log, "bridge_config_from_verl(metrics_to_log=...)")
+    else:
+        names = _names(_field(prometheus_cfg, "metrics_to_log"), f"{VERL_PROMETHEUS}.metrics_to_log")
+    model = verl_served_model_name(_text(prometheus_cfg, "served_model_name"))
     labels = {"model_name": model} if model else {}
     entries = [{"name": name} for name in names] if names else [dict(entry) for entry in PRESETS["vllm"]]
-    prometheus: dict[str, Any] = {"url": AUTO, "ray_port": int(field("port", 9090))}
-    interval = _scrape_interval_from(field("file"))
+    prometheus: dict[str, Any] = {"url": AUTO, "ray_port": _port(prometheus_cfg)}
+    interval = _scrape_interval_from(_path(prometheus_cfg, "file"))
     if interval is not None:
         prometheus["scrape_interval_s"] = interval
     data.update({"prometheus": prometheus, "metrics": [{**entry, "labels": labels} for entry in entries]})
@@ -276,10 +276,66 @@ def _field(section: Any, name: str, default: Any = None) -> Any:
     return getattr(section, name, default)
 
 
+VERL_PROMETHEUS: Final = "actor_rollout_ref.rollout.prometheus"
+"""Where verl keeps the rollout Prometheus settings the bridge reads; its errors name the keys under it."""
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error quotes it: its type and at most 100 characters of its ``repr()``."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:100]}{'...' if len(text) > 100 else ''}"
+
+
+def _enabled(section: Any) -> bool:
+    """verl's ``enable``: a boolean (``"false"``, a string, would be true in Python)."""
+    value = _field(section, "enable", False)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise ConfigError(f"{VERL_PROMETHEUS}.enable must be true or false, not the {_shown(value)}")
+
+
+def _port(section: Any) -> int:
+    """verl's ``port``: a whole number from 1 to 65535 (Prometheus' port on the Ray head); default 9090."""
+    value = _field(section, "port", 9090)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return value
+    raise ConfigError(f"{VERL_PROMETHEUS}.port must be a whole number from 1 to 65535, not the {_shown(value)}")
+
+
+def _text(section: Any, name: str) -> str | None:
+    value = _field(section, name)
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{VERL_PROMETHEUS}.{name} must be a string, not the {_shown(value)}")
+
+
+def _path(section: Any, name: str) -> str | None:
+    value = _field(section, name)
+    if value is None or isinstance(value, str | os.PathLike):
+        return os.fspath(value) if value is not None else None
+    raise ConfigError(f"{VERL_PROMETHEUS}.{name} must be a path, not the {_shown(value)}")
+
+
+def _names(value: Any, key: str) -> list[str] | None:
+    """A list of metric names (a list, a tuple, an OmegaConf ``ListConfig``): a single string is refused, not read
+    as its characters."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise ConfigError(f"{key} must be a list of metric names, not the {_shown(value)}")
+    bad = [item for item in value if not isinstance(item, str)]
+    if bad:
+        raise ConfigError(f"{key} must be a list of metric names; {_shown(bad[0])} is not a name")
+    return list(value)
+
+
 def _scrape_interval_from(file: str | os.PathLike[str] | None) -> float | None:
     """``global.scrape_interval`` of a prometheus.yml, in seconds (``None`` when the file is absent or silent)."""
-    if not file or not Path(file).is_file():
-        return None
+    try:
+        if not file or not Path(file).is_file():
+            return None
+    except OSError as exc:  # a name too long for the filesystem
+        raise ConfigError(f"{VERL_PROMETHEUS}.file {_shown(file)} cannot be a file here: {exc.strerror}") from None
     text = str((read_yaml(Path(file)).get("global") or {}).get("scrape_interval", ""))
     try:
         return parse_duration(text)

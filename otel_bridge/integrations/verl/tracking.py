@@ -20,7 +20,7 @@ from otel_bridge.config import ENV_CONFIG_FILE, BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.delivery import DeliveryReport
-from otel_bridge.integrations.hparams import save_hyperparameters
+from otel_bridge.integrations.hparams import plain, save_hyperparameters
 from otel_bridge.integrations.verl import phases
 from otel_bridge.integrations.verl.config import (
     RL_INSIGHT,
@@ -82,6 +82,7 @@ class Tracking:
         self.project_name = project_name
         self.experiment_name = experiment_name
         self.config = config
+        hparams = plain(config) if config is not None else None  # a cyclic or too deep config: a ConfigError now
         resolved = verl_bridge_config(
             bridge_config,
             project_name=project_name,
@@ -98,8 +99,8 @@ class Tracking:
         try:
             if RL_INSIGHT in _backend_names(default_backend):
                 self._rl_insight = _rl_insight_logger(project_name, experiment_name, config)
-            if config is not None:
-                save_hyperparameters(self.bridge, config)
+            if hparams is not None:
+                save_hyperparameters(self.bridge, hparams)
         except BaseException:
             self.finish()
             raise
@@ -271,8 +272,17 @@ def setup() -> None:
     :class:`ConfigError`, which Ray reports as the worker's start-up failure.
     """
     path = os.environ.get(ENV_CONFIG_FILE, "").strip()
-    if path and not Path(path).is_file():
-        raise ConfigError(f"${ENV_CONFIG_FILE} names {path!r}, which is not a file in this Ray worker's filesystem")
+    if path:
+        shown = repr(path) if len(path) <= 200 else f"{path[:200]!r}... ({len(path)} characters)"
+        try:
+            is_file = Path(path).is_file()
+        except OSError as exc:  # ENAMETOOLONG: a value that is no path (YAML text put in the variable)
+            raise ConfigError(
+                f"${ENV_CONFIG_FILE} names {shown}, which cannot be a file: {exc.strerror}; set it to the config "
+                "file's path"
+            ) from None
+        if not is_file:
+            raise ConfigError(f"${ENV_CONFIG_FILE} names {shown}, which is not a file in this Ray worker's filesystem")
     if importlib.util.find_spec("verl") is None:
         return
     patch_verl(BridgeConfig.load(path) if path else None, warn_unused=False)

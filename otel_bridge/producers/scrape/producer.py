@@ -48,7 +48,7 @@ from otel_bridge.producers.scrape._internal.readings import (
     process_start,
     window_readings,
 )
-from otel_bridge.producers.statistics import compute_stats, to_metric
+from otel_bridge.producers.statistics import ImpossibleValues, compute_stats, to_metric
 from otel_bridge.producers.window_report import MissingMetric, UnreadTarget, WindowReport, WindowReporter
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -120,6 +120,7 @@ class ScrapeProducer:
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
         self._reporter = WindowReporter(self._health, self._warn)
+        self._impossible = ImpossibleValues(self._health, self._warn)
         self._pool = ThreadPoolExecutor(
             max_workers=32, thread_name_prefix="otel-bridge-scrape", initializer=suppress_in_this_thread
         )
@@ -398,7 +399,9 @@ class ScrapeProducer:
         for query in self._queries:
             names = query.series_names()
             by_name = read.observed if query.kind == "gauge" and query.ratio is None else read.counting
-            points = compute_stats(query, [s for name in names for s in by_name.get(name, ())], window)
+            points = compute_stats(
+                query, [s for name in names for s in by_name.get(name, ())], window, self._impossible
+            )
             if points is None:
                 report.missing.append(MissingMetric(query, f"no target among {len(targets)} exposes it"))
             else:  # matched, even without a value in this window (no observations): not missing

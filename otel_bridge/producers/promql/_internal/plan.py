@@ -251,7 +251,7 @@ class WindowPlan:
                 stat,
                 length=length,
                 seconds=window.seconds,
-                full_scale=query.full_scale,
+                full_scale=query.idle_scale,
                 interval=promql.duration(self.pad_s / 2.0),
             )
             expr = f"{aggregate} ({roled(query, name, per_series)})"

@@ -17,6 +17,10 @@ Which reading stands for a boundary (:meth:`TargetReadings.end_stand`, :meth:`Ta
   that reading lands in the window before, within ``boundary_lag_s`` (with ``begin_step``/``end_step`` leaving time
   between steps: in that time, which no step counts). The run's opening boundary, which has no boundary before it,
   by the nearer of the last reading answered before it and the first sent after it.
+- **A target that joined after a boundary** (discovery found it later: :attr:`TargetReadings.added`) was not a target
+  at that boundary: nothing of it stands there (:data:`ABSENT`), decided at once, so a window that ended before it
+  came never waits for its reading and never names it unread; a window it joined during takes it from its first
+  reading on.
 - **A target whose reading failed** (down, restarting, timed out) has none: it is *unread* at that boundary. Its
   counters go on from its last successful reading, so what it counted meanwhile lands in the step where it is read
   again, or, when it came back as a new process (a new start time, or counters that fell), that step counts the new
@@ -33,6 +37,7 @@ import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from otel_bridge.producers.statistics import RawSeries, Sample
 from otel_bridge.prometheus.exposition import ExpositionFamily
@@ -87,6 +92,10 @@ class Stand:
     unread: bool
 
 
+ABSENT: Final = Stand(None, unread=False)
+"""What stands for a boundary that came before the target joined: nothing, and nothing is missing."""
+
+
 @dataclass
 class TargetReadings:
     """One target's readings in the order they were sent, and the boundaries already decided (see the module
@@ -94,7 +103,8 @@ class TargetReadings:
 
     instance: str
     added: float
-    """When the bridge began scraping it: a target never read is unread since then."""
+    """When the bridge began scraping it: a target never read is unread since then, and a boundary before it is not
+    the target's (:data:`ABSENT`)."""
     readings: list[Reading] = field(default_factory=list)
     last_ok: Reading | None = None
     """The latest successful reading among those :meth:`prune` dropped."""
@@ -112,6 +122,8 @@ class TargetReadings:
         decided = self._stands.get(t)
         if decided is not None:
             return decided
+        if t < self.added:
+            return ABSENT
         index = bisect.bisect_left(self.readings, t, key=lambda r: r.sent)
         if index == len(self.readings):
             return None
@@ -122,6 +134,8 @@ class TargetReadings:
         decided = self._stands.get(t)
         if decided is not None:
             return decided
+        if t < self.added:
+            return ABSENT
         after = bisect.bisect_left(self.readings, t, key=lambda r: r.sent)
         previous = max((b for b in self._stands if b < t), default=None)
         if previous is not None:

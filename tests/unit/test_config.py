@@ -432,11 +432,12 @@ def test_vllm_preset_expands_to_the_documented_keys() -> None:
     assert by_key["vllm:engine_sleep_state"].by == ("sleep_state", "model_name")  # the entry's own labels first
     assert all(q.by == ("model_name",) for q in queries if q.key_name != "vllm:engine_sleep_state")
     idle = by_key["vllm:num_requests_running:servers"]  # idle server-seconds
-    assert (idle.name, idle.stats, idle.agg, idle.full_scale) == (
+    assert (idle.name, idle.stats, idle.agg, idle.busy_at, idle.full_scale) == (
         "vllm:num_requests_running",
         ("idle_seconds",),
         "sum",
         1,
+        None,
     )
     assert by_key["vllm:generation_tokens_total"].stats == ("delta", "rate")
     assert by_key["vllm:kv_cache_usage_perc"].kind == "gauge"

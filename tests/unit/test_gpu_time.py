@@ -200,11 +200,16 @@ def test_roles_name_real_labels() -> None:
     assert "label set" in str(info.value)
 
 
-def test_a_request_count_with_full_scale_1_is_idle_for_the_share_of_its_samples_at_zero() -> None:
+def test_a_request_count_with_busy_at_1_is_idle_for_the_share_of_its_samples_at_zero() -> None:
     """Issue 39: a rollout server is busy while it runs at least one request; ``vllm:num_requests_running`` with
-    ``full_scale: 1`` gives the seconds it ran none (a sample of 7 running requests is as busy as one of 1)."""
+    ``busy_at: 1`` gives the seconds it ran none (a sample of 7 running requests is as busy as one of 1, and no
+    impossible value: that is ``full_scale``'s)."""
     running = replace(
-        UTIL, key_name="vllm:num_requests_running:servers", name="vllm:num_requests_running", full_scale=1
+        UTIL,
+        key_name="vllm:num_requests_running:servers",
+        name="vllm:num_requests_running",
+        full_scale=None,
+        busy_at=1,
     )
     # in-window samples 7, 0, 3, 0, 0 -> 3 of 5 at zero -> 6 of the 10 seconds idle (the 0 at t=1000 is outside)
     busy = [(1000.0, 0.0), (1002.0, 7.0), (1004.0, 0.0), (1006.0, 3.0), (1008.0, 0.0), (1010.0, 0.0)]
@@ -217,6 +222,7 @@ def test_a_request_count_with_full_scale_1_is_idle_for_the_share_of_its_samples_
             RawSeries("vllm:num_requests_running", {"instance": "b"}, idle),
         ],
         WINDOW,
+        impossible=lambda *_: pytest.fail("a count above busy_at is no impossible value"),
     )
     assert points is not None
     assert [p.value for p in points] == [pytest.approx(16.0)]  # server-seconds: 6 + 10
@@ -232,3 +238,12 @@ def test_each_sample_stands_for_the_time_since_the_previous_one() -> None:
     assert idle_seconds(bunched, WINDOW, 1.0) == pytest.approx(8.7)
     # the last sample also stands for the time up to the window's end
     assert idle_seconds([(1002.0, 0.0), (1004.0, 1.0)], WINDOW, 1.0) == pytest.approx(2.0)
+
+
+def test_the_promql_plan_holds_a_count_to_busy_at_as_the_scrape_path_does() -> None:
+    """A count's idle seconds on the PromQL path: each value held to ``[0, busy_at]`` (a subquery at the scrape
+    interval, since ``clamp`` takes an instant vector), so 7 running requests count as busy, not as -6 idle."""
+    running = replace(UTIL, name="vllm:num_requests_running", full_scale=None, busy_at=1.0)
+    plan = WindowPlan([running], WINDOW, increase_queries=[], pad_s=2.0, closing_s=0.0, report_down=False)
+    assert plan.expression is not None
+    assert "10.0 * (1 - avg_over_time(clamp(vllm:num_requests_running, 0, 1.0)[10s:1s]) / 1.0)" in plan.expression

@@ -6,8 +6,8 @@ grows with the configured metrics and label groups, not with replicas, buckets o
 source shares are written here:
 
 - a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it; a gauge's idle
-  seconds: ``sum by (...) (<window seconds> * (1 - avg_over_time(clamp(x, 0, <full scale>)[<window>:<interval>]) /
-  <full scale>))``, as
+  seconds: ``sum by (...) (<window seconds> * (1 - avg_over_time(x[<window>]) / <full scale>))`` (for a count with
+  ``busy_at``, ``clamp(x, 0, <busy_at>)[<window>:<scrape interval>]``, each value held to it), as
   :func:`~otel_bridge.producers.statistics.idle_seconds` computes it;
 - a raw PromQL expression, as written;
 - the targets whose scrapes failed during the window (Prometheus' own ``up``), and those whose last scrape before the
@@ -252,7 +252,7 @@ class WindowPlan:
                 length=length,
                 seconds=window.seconds,
                 full_scale=query.idle_scale,
-                interval=promql.duration(self.pad_s / 2.0),
+                held_at=promql.duration(self.pad_s / 2.0) if query.busy_at is not None else None,
             )
             expr = f"{aggregate} ({roled(query, name, per_series)})"
             self.add(f"{index}/{stat}", Part("stat", index, stat=stat), expr)
@@ -320,18 +320,24 @@ class WindowPlan:
 
 
 def _over_window(
-    stat: str, sel: str, *, length: str, seconds: float | None, full_scale: float | None, interval: str
+    stat: str,
+    sel: str,
+    *,
+    length: str,
+    seconds: float | None,
+    full_scale: float | None,
+    held_at: str | None = None,
 ) -> str:
     """A gauge statistic of each series of ``sel`` over the window ``[length]`` (``seconds`` long).
 
-    Idle seconds hold each value to ``[0, full_scale]`` first, as
-    :func:`~otel_bridge.producers.statistics.idle_seconds` does (a request count counts a server busy from one
-    running request on): ``clamp`` takes an instant vector, so the window is a subquery at the scrape ``interval``."""
+    With ``held_at`` (a count with ``busy_at``: a server is busy from one running request on), idle seconds hold each
+    value to ``[0, full_scale]`` first, as :func:`~otel_bridge.producers.statistics.idle_seconds` does: ``clamp``
+    takes an instant vector, so the window is then a subquery at ``held_at``, the scrape interval."""
     if stat == IDLE_STAT:
         assert seconds is not None
         assert full_scale is not None
-        clamped = f"clamp({sel}, 0, {full_scale!r})[{length}:{interval}]"
-        return f"{seconds!r} * (1 - avg_over_time({clamped}) / {full_scale!r})"
+        values = f"clamp({sel}, 0, {full_scale!r})[{length}:{held_at}]" if held_at else f"{sel}[{length}]"
+        return f"{seconds!r} * (1 - avg_over_time({values}) / {full_scale!r})"
     return f"{_OVER_TIME[stat]}({sel}[{length}])"
 
 

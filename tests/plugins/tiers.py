@@ -68,7 +68,8 @@ def _holds_server_helper(module: types.ModuleType, *, depth: int = 1) -> bool:
             continue
         if origin in SERVER_HELPERS:
             return True
-        support = origin.startswith("tests.") and origin != "tests.conftest" and origin != module.__name__
+        machinery = origin == "tests.conftest" or origin.startswith("tests.plugins")  # every module can hold these
+        support = origin.startswith("tests.") and not machinery and origin != module.__name__
         if depth and support and not origin.rpartition(".")[2].startswith("test_"):
             imported = __import__(origin, fromlist=["_"])
             if _holds_server_helper(imported, depth=depth - 1):

@@ -10,16 +10,18 @@ others. The marker is set here by rule, never by hand, and the rule is checked w
 - a test without the marker that starts a :class:`~tests.helpers.prometheus_server.ServerProcess` fails, naming this
   module: the rule missed it, extend the rule.
 
-Parallel workers (``pytest -n 2 --dist loadgroup``, what ``make test`` runs): every test is put in the ``xdist_group``
-of its module, so a module's tests run in one worker, one after another, and its module-scoped servers are shared as
-they are in one process; the modules that take the session's Ray cluster share one group (one Ray per run, not per
-worker). The groups are handed out longest first: by the times of the last run on this clone (the JUnit report
-``make test`` writes, :data:`TIMINGS`) when there is one, else the directories whose modules start servers first, so a
-long module does not end the run alone on one worker.
+Parallel workers (``pytest -n 2 --dist loadgroup``, what ``make test`` runs): a module's tests form one group, so
+they run in one worker, one after another, and its module-scoped servers are shared as they are in one process; the
+modules that take the session's Ray cluster share one group (one Ray per run, not per worker). The groups are
+scheduled here (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record. They are handed out
+longest first: by the times of the last run on this clone (the JUnit report ``make test`` writes, :data:`TIMINGS`)
+when there is one, else the directories whose modules start servers first, so a long module does not end the run
+alone on one worker.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 import xml.etree.ElementTree as ET
@@ -85,16 +87,15 @@ def needs_server(item: pytest.Item) -> bool:
     return module is not None and _holds_server_helper(module)
 
 
-def _groups(items: list[pytest.Item]) -> dict[str, str]:
-    """The ``xdist_group`` of each test file: its own path, or the group of a session server one of its tests takes."""
-    groups: dict[str, str] = {}
-    for item in items:
-        path = item.nodeid.partition("::")[0]
-        groups.setdefault(path, path)
-        for fixture, group in SESSION_SERVERS.items():
-            if fixture in getattr(item, "fixturenames", ()):
-                groups[path] = group
-    return groups
+@functools.cache
+def group_of(path: str) -> str:
+    """The worker group of the test file ``path`` (relative to the root): the group of a session server whose fixture
+    it names (a test taking a fixture names it), else its own path."""
+    try:
+        source = (ROOT / path).read_text(encoding="utf-8")
+    except OSError:
+        return path
+    return next((group for fixture, group in SESSION_SERVERS.items() if fixture in source), path)
 
 
 def _last_times() -> dict[str, float]:
@@ -122,12 +123,11 @@ def _directory_rank(path: str) -> int:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    group_of = _groups(items)
     groups: dict[str, list[pytest.Item]] = defaultdict(list)
     for item in items:
         if needs_server(item):
             item.add_marker(pytest.mark.server)
-        group = group_of[item.nodeid.partition("::")[0]]
+        group = group_of(item.nodeid.partition("::")[0])
         item.add_marker(pytest.mark.xdist_group(group))
         groups[group].append(item)
     times = _last_times()
@@ -139,6 +139,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     order = sorted(groups, key=cost)  # stable: the collection order among equals
     items[:] = [item for group in order for item in groups[group]]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` by :func:`group_of`: xdist's own cannot group under pytest 9 (it renames
+    ``item._nodeid``, which pytest 9 no longer reads), so the groups are scheduled here, as scopes of xdist's
+    ``loadscope`` (kept in collection order with ``--no-loadscope-reorder``)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.partition("::")[0])
+
+    return GroupScheduling(config, log)
 
 
 # -- the check: a test that starts a server without the marker ------------------------------------------------------

@@ -74,7 +74,7 @@ test: $(VENV)/.dev-installed prometheus-bin peers lint typecheck
 	@mkdir -p $(TIMES)
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --junitxml=$(TIMES)/junit.xml --durations=50
 
-# The quick tier, for the edit-test loop (about 2 minutes): lint, types, import layers and the tests that need no
+# The quick tier, for the edit-test loop (its tests: about 5 minutes on 2 cores): lint, types, import layers and the tests that need no
 # server (no Prometheus, peer, collector or Ray: the marker `server` is set by rule, tests/plugins/tiers.py).
 check: $(VENV)/.dev-installed lint typecheck
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m 'not server'

@@ -1,10 +1,10 @@
-# Two entry points: `make demo` and `make test`. Both create .venv themselves.
+# Two entry points: `make demo` and `make test`; `make check` is the quick tier of `make test`. All create .venv themselves.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
+.PHONY: demo test check lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -63,11 +63,24 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy otel_bridge
 
+# The suite runs in PYTEST_WORKERS processes (pytest-xdist): a module's tests stay in one worker, in order, and share its
+# servers (tests/plugins/tiers.py). `make test` writes the timings (per test, with each test's fixed sleeps) to
+# .test-times/junit.xml and prints the 50 slowest.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+TIMES := .test-times
+
 test: $(VENV)/.dev-installed prometheus-bin peers lint typecheck
-	$(BIN)/python -m pytest -q
+	@mkdir -p $(TIMES)
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --junitxml=$(TIMES)/junit.xml --durations=50
+
+# The quick tier, for the edit-test loop (its tests: about 5 minutes on 2 cores): lint, types, import layers and the tests that need no
+# server (no Prometheus, peer, collector or Ray: the marker `server` is set by rule, tests/plugins/tiers.py).
+check: $(VENV)/.dev-installed lint typecheck
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m 'not server'
 
 clean:
-	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache $(TIMES)
 
 # 20,000 PromQL-path steps with periodic faults (RSS/threads/fds watched), then a trickling and a redirecting scrape
 # target, a full disk under the JSONL tracker, SIGTERM at random points; delivered/expected per fault and backend.

@@ -32,7 +32,11 @@ def test_doctor_right_after_prometheus_starts_waits_for_its_first_scrapes(
 ) -> None:
     replicas = [Replica(), Replica()]
     server = PrometheusServer(
-        tmp_path / "prometheus", [r.hostport for r in replicas], scrape_interval_s=1.0, version=prometheus_version
+        tmp_path / "prometheus",
+        [r.hostport for r in replicas],
+        scrape_interval_s=1.0,
+        version=prometheus_version,
+        discovery_reload_s=None,  # Prometheus' own 5 s before it takes up its targets: what doctor must wait out
     )
     try:
         server.start()  # ready: it answers, but has not taken up (let alone scraped) its targets yet

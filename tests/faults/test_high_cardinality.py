@@ -19,7 +19,12 @@ from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 from tests.helpers.prometheus_server import PrometheusServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(
+        10, reason="five PromQL steps of 1.5 s, longer than the scrape interval: every window holds samples"
+    ),
+]
 
 VALUES = 19_000
 TOKENS = "vllm:generation_tokens_total"

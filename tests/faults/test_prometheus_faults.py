@@ -24,7 +24,10 @@ from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, free_port, prom_vector
 from tests.helpers.prometheus_server import PrometheusServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(8, reason="each step lasts long enough for at least one Prometheus scrape inside its window"),
+]
 
 GAUGE_KEY = "rollout/vllm/num_requests_running/last"
 PRODUCE_FAILED = "PromQLProducer failed"

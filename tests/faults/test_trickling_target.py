@@ -25,6 +25,9 @@ from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPSe
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.sleeps(
+        10, reason="steps of 1.3 s: each step's readings are produced before the next, so no backlog hides the wait"
+    ),
     pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning"),  # the sampler crashed at close
 ]
 

@@ -32,6 +32,10 @@ from tests.helpers.peers import PROMETHEUS3, peer_binary
 
 #: The Prometheus versions a test can ask for: Debian's package and the one built from the Go module.
 PROMETHEUS_VERSIONS = ("2.42", "3.16")
+#: How often Prometheus 3 applies target changes here (``--scrape.discovery-reload-interval``, 5 s by default): its
+#: first scrapes then start within a scrape interval of its start instead of after 5 s. Prometheus 2.42 raises any
+#: value below 5 s to 5 s (scrape/manager.go, ``reloader``), so it keeps its 5 s.
+DISCOVERY_RELOAD_S = 0.1
 
 
 def prometheus_binary(version: str = "2.42", tool: str = "prometheus") -> str:
@@ -128,8 +132,20 @@ class ServerProcess:
             up = self.query("min(up)")
             if data and up and float(data[0]["value"][1]) >= count and float(up[0]["value"][1]) == 1.0:
                 return
-            time.sleep(self.scrape_interval_s / 2)
+            time.sleep(min(0.2, self.scrape_interval_s / 4))
         raise RuntimeError(f"no samples of {expr} after {timeout_s}s: {self.log_tail()}")
+
+    def wait_for_scrapes_after(self, t: float, timeout_s: float = 30.0) -> None:
+        """Wait until every target it scrapes has a sample from a scrape that began after ``t`` (``time.time()``), by
+        Prometheus' own timestamps (``timestamp(up)``): what each target served after ``t`` is in Prometheus. The wait
+        on Prometheus' next scrape that a fixed sleep of more than a scrape interval stands in for."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            stamps = [float(r["value"][1]) for r in self.query("timestamp(up)")]
+            if stamps and min(stamps) > t:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"no scrape of every target after {t:.3f} within {timeout_s}s: {self.log_tail()}")
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
         """An instant query's result list (raises on an error answer)."""
@@ -173,7 +189,9 @@ class PrometheusServer(ServerProcess):
     ``--web.enable-remote-write-receiver`` (``tests/helpers/remote_write.py`` pushes to it). ``otlp_receiver`` (3.x)
     starts it with ``--web.enable-otlp-receiver`` (``/api/v1/otlp/v1/metrics``) and ``otlp`` is the config's ``otlp:``
     section (3.x: ``{"translation_strategy": "NoTranslation"}``, ...); ``features`` are
-    ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x).
+    ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x). ``discovery_reload_s``
+    is how often a Prometheus 3 applies target changes (:data:`DISCOVERY_RELOAD_S`; ``None``: its default, 5 s, for a
+    test of what a client sees before Prometheus took up its targets).
     """
 
     name = "prometheus"
@@ -195,6 +213,7 @@ class PrometheusServer(ServerProcess):
         features: Sequence[str] = (),
         fallback_scrape_protocol: str | None = None,
         otlp: Mapping[str, Any] | None = None,
+        discovery_reload_s: float | None = DISCOVERY_RELOAD_S,
     ) -> None:
         super().__init__(workdir, port, "/-/ready")
         if version not in PROMETHEUS_VERSIONS:
@@ -214,6 +233,7 @@ class PrometheusServer(ServerProcess):
         self.extra_scrape_configs = list(extra_scrape_configs)
         self.config_override = config_override
         self.rules = rules
+        self.discovery_reload_s = discovery_reload_s
 
     def config(self) -> dict[str, Any]:
         """The generated prometheus.yml, or ``config_override`` as given (then targets and intervals are unused)."""
@@ -253,7 +273,13 @@ class PrometheusServer(ServerProcess):
             *(["--web.enable-remote-write-receiver"] if self.remote_write else []),
             *(["--web.enable-otlp-receiver"] if self.otlp_receiver else []),
             *([f"--enable-feature={','.join(self.features)}"] if self.features else []),
+            *self._discovery_flags(),
         ]
+
+    def _discovery_flags(self) -> list[str]:
+        if self.version == "2.42" or self.discovery_reload_s is None:
+            return []
+        return [f"--scrape.discovery-reload-interval={int(self.discovery_reload_s * 1000)}ms"]
 
     def prepare(self) -> None:
         self.config_path.write_text(yaml.safe_dump(self.config()), encoding="utf-8")

@@ -83,7 +83,13 @@ from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(
+        25,
+        reason="steps are wall-clock windows of live traffic: 5-10 steps of 1.2-2.8 s a case, gaps, quiet spells",
+    ),
+]
 
 # A boundary scrape reaches the servers within this long after the boundary. Measured on 2 cores with three bridges,
 # Prometheus and the traffic sharing them: the scrape path's boundary scrapes counted completions logged up to 43 ms

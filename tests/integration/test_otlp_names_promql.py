@@ -34,6 +34,10 @@ from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.remote_write import push
 
+pytestmark = pytest.mark.sleeps(
+    12, reason="QUIET_S of quiet (longer than the scrape interval) around each step's pushes"
+)
+
 QUIET_S = 1.5
 STEPS = 3
 BOUNDS = (0.1, 0.5, 1.0)

@@ -8,8 +8,8 @@ small request), so a per-phase delta that leaked into a neighbour, or a step tot
   boundary (a replica serving two more scrapes after the one under way at the boundary: a target's scrapes never
   overlap, so the first one sent after the boundary has then been answered) before generating traffic, so each
   completion lies on a known side of every boundary's reading: exact.
-- PromQL path: a real Prometheus scrapes every 1 s; the test keeps 1.5 s of quiet around every boundary, so Prometheus
-  sees every state (as in test_window_truth.py): exact.
+- PromQL path: a real Prometheus scrapes every 1 s; around every boundary the test keeps quiet until Prometheus has
+  scraped both replicas since (by its own timestamps), so Prometheus sees every state: exact.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_phase_windows_count_the_traffic_inside_each_phase_on_the_promql_path(
         "run": {"name": "phases-promql", "dir": str(tmp_path)},
     }
     with Bridge.from_config(config) as bridge:
-        quiet = lambda: time.sleep(1.5)  # noqa: E731
+        quiet = lambda: prometheus.wait_for_scrapes_after(time.time())  # noqa: E731
         truths = [run_step(bridge, step, replicas, quiet, quiet) for step in range(2)]
     for step, truth in enumerate(truths):
         check(values(bridge, step), truth)

@@ -47,7 +47,10 @@ from tests.helpers.collector import CollectorProcess
 from tests.helpers.http_servers import free_port
 from tests.helpers.prometheus_server import PrometheusServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(12, reason="QUIET_S of quiet (longer than the push interval) around each step's pushes"),
+]
 
 QUIET_S = 1.5
 STEPS = 3

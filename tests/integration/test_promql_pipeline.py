@@ -25,6 +25,11 @@ from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPSe
 from tests.helpers.metric_sets import TWENTY_METRICS
 from tests.helpers.prometheus_server import PrometheusServer
 
+pytestmark = pytest.mark.sleeps(
+    16,
+    reason="each step is quiet for QUIET_S (more than the 1 s scrape interval) before and after its workload",
+)
+
 QUIET_S = 1.5
 STEPS = 4
 

@@ -19,6 +19,10 @@ from otel_bridge import Bridge
 from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer
 
+pytestmark = pytest.mark.sleeps(
+    8, reason="each step quiet for QUIET_S (longer than the scrape interval) around its requests"
+)
+
 QUIET_S = 1.5
 KEY = "rollout/vllm/request_queue_time_seconds"
 

@@ -26,7 +26,13 @@ from otel_bridge.producers.promql._internal.rules import rules_document
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.remote_write import push
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(
+        25,
+        reason="the outer boundaries quiet for QUIET_S (4 s, past the rule evaluations), steps of STEP_S",
+    ),
+]
 
 NAME = "rollout_requests_total"
 KEY = "rollout/rollout_requests_total/delta"

@@ -75,7 +75,10 @@ from tests.integration.test_boundary_truth import (
     sum_errors,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(20, reason="the boundary-truth cases: up to 10 wall-clock steps of 1.2-1.5 s of live traffic"),
+]
 
 INTERVAL_S = 1.0
 SPLIT_LEN = 600  # bytes: every part of a union fits (the longest, a last step's, is ~410), no whole union does

@@ -34,6 +34,11 @@ from otel_bridge import Bridge
 from tests.conftest import Replica
 from tests.helpers.prometheus_server import PrometheusServer
 
+pytestmark = pytest.mark.sleeps(
+    14,
+    reason="QUIET_S of quiet (more than the scrape interval) around each change: Prometheus sees every state",
+)
+
 QUIET_S = 1.5
 TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
 

@@ -1,0 +1,193 @@
+"""The suite's tiers: which tests need a server, how parallel workers share the suite, where the timings go.
+
+``server`` marks a test that starts a server process or needs a server's binary: Prometheus (Debian's or the 3.16
+peer), VictoriaMetrics, the collector, promtool, the session's Ray cluster. The quick tier (``make check``) runs the
+others. The marker is set here by rule, never by hand, and the rule is checked while the tests run:
+
+- a test module that holds (imports) anything of :data:`SERVER_HELPERS`, directly or through a ``tests.*`` support
+  module it imports from (one level: ``tests/deploy/support.py`` runs promtool), needs a server;
+- so does a test that takes a fixture of :data:`SERVER_FIXTURES` (``prometheus``, ``ray_cluster``, ...);
+- a test without the marker that starts a :class:`~tests.helpers.prometheus_server.ServerProcess` fails, naming this
+  module: the rule missed it, extend the rule.
+
+Parallel workers (``pytest -n 2 --dist loadgroup``, what ``make test`` runs): a module's tests form one group, so
+they run in one worker, one after another, and its module-scoped servers are shared as they are in one process; the
+modules that take the session's Ray cluster share one group (one Ray per run, not per worker). The groups are
+scheduled here (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record. They are handed out
+longest first: by the times of the last run on this clone (the JUnit report ``make test`` writes, :data:`TIMINGS`)
+when there is one, else the directories whose modules start servers first, so a long module does not end the run
+alone on one worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import types
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import prometheus_server
+
+#: Modules whose objects start a server process or run a server's binary.
+SERVER_HELPERS = frozenset(
+    {
+        "tests.helpers.prometheus_server",
+        "tests.helpers.peers",
+        "tests.helpers.victoriametrics",
+        "tests.helpers.collector",
+        "tests.helpers.remote_write",
+        "tests.ray_fixtures",
+    }
+)
+#: Fixtures that start one (``prometheus_version`` parametrizes a test by the Prometheus it starts).
+SERVER_FIXTURES = frozenset({"prometheus", "_prometheus_pair", "warm_pool", "prometheus_version", "ray_cluster"})
+#: Fixtures of one server per run, not per worker: their modules share one worker.
+SESSION_SERVERS = {"ray_cluster": "ray"}
+ROOT = Path(__file__).resolve().parents[2]
+#: Where ``make test`` writes the JUnit report (read back to hand out the longest groups first).
+TIMINGS = ROOT / ".test-times" / "junit.xml"
+#: Without timings: the directories in the order their modules are handed out (unlisted ones last).
+DIRECTORY_ORDER = ("integration", "faults", "deploy", "cli", "security", "docs", "unit")
+
+
+def _defined_in(value: Any) -> str | None:
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    module = getattr(value, "__module__", None)
+    return module if isinstance(module, str) else None
+
+
+def _holds_server_helper(module: types.ModuleType, *, depth: int = 1) -> bool:
+    for value in vars(module).values():
+        origin = _defined_in(value)
+        if origin is None:
+            continue
+        if origin in SERVER_HELPERS:
+            return True
+        machinery = origin == "tests.conftest" or origin.startswith("tests.plugins")  # every module can hold these
+        support = origin.startswith("tests.") and not machinery and origin != module.__name__
+        if depth and support and not origin.rpartition(".")[2].startswith("test_"):
+            imported = __import__(origin, fromlist=["_"])
+            if _holds_server_helper(imported, depth=depth - 1):
+                return True
+    return False
+
+
+def needs_server(item: pytest.Item) -> bool:
+    """Whether ``item`` needs a server, by the rules of the module docstring."""
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    return module is not None and _holds_server_helper(module)
+
+
+@functools.cache
+def group_of(path: str) -> str:
+    """The worker group of the test file ``path`` (relative to the root): the group of a session server whose fixture
+    it names (a test taking a fixture names it), else its own path."""
+    try:
+        source = (ROOT / path).read_text(encoding="utf-8")
+    except OSError:
+        return path
+    return next((group for fixture, group in SESSION_SERVERS.items() if fixture in source), path)
+
+
+def _last_times() -> dict[str, float]:
+    """Seconds per test file in the last run's JUnit report (empty when there is none)."""
+    try:
+        root = ET.parse(TIMINGS).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    times: dict[str, float] = defaultdict(float)
+    for case in root.iter("testcase"):
+        parts = case.get("classname", "").split(".")  # the module's dotted path, then any class names
+        for end in range(len(parts), 0, -1):
+            path = "/".join(parts[:end]) + ".py"
+            if (ROOT / path).is_file():
+                times[path] += float(case.get("time") or 0)
+                break
+    return times
+
+
+def _directory_rank(path: str) -> int:
+    parts = path.split("/")
+    folder = parts[1] if len(parts) > 2 else ""
+    return DIRECTORY_ORDER.index(folder) if folder in DIRECTORY_ORDER else len(DIRECTORY_ORDER)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers set here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[str, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        if needs_server(item):
+            item.add_marker(pytest.mark.server)
+        group = group_of(item.nodeid.partition("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups[group].append(item)
+    times = _last_times()
+
+    def cost(group: str) -> tuple[float, int]:
+        files = {item.nodeid.partition("::")[0] for item in groups[group]}
+        known = sum(times.get(f, 0.0) for f in files)
+        return (-known, min(_directory_rank(f) for f in files))
+
+    order = sorted(groups, key=cost)  # stable: the collection order among equals
+    items[:] = [item for group in order for item in groups[group]]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` by :func:`group_of`: xdist's own cannot group under pytest 9 (it renames
+    ``item._nodeid``, which pytest 9 no longer reads), so the groups are scheduled here, as scopes of xdist's
+    ``loadscope`` (kept in collection order with ``--no-loadscope-reorder``)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.partition("::")[0])
+
+    return GroupScheduling(config, log)
+
+
+# -- the check: a test that starts a server without the marker ------------------------------------------------------
+
+_current: list[pytest.Item] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _current.append(item)
+    try:
+        return (yield)
+    finally:
+        _current.pop()
+
+
+def _checked(start: Callable[..., Any]) -> Callable[..., Any]:
+    def start_checked(self: prometheus_server.ServerProcess, *args: Any, **kwargs: Any) -> Any:
+        item = _current[-1] if _current else None
+        main = threading.current_thread() is threading.main_thread()  # the warm pool builds in its own threads
+        if item is not None and main and item.get_closest_marker("server") is None:
+            raise RuntimeError(
+                f"{item.nodeid} starts {self.name} but is not marked `server` (the quick tier, `make check`, would "
+                f"run it): extend the rules of {__name__} so they see why it needs one"
+            )
+        return start(self, *args, **kwargs)
+
+    return start_checked
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    server_process = prometheus_server.ServerProcess
+    if not getattr(server_process.start, "_tier_checked", False):
+        checked = _checked(server_process.start)
+        checked._tier_checked = True  # type: ignore[attr-defined]
+        server_process.start = checked  # type: ignore[method-assign]

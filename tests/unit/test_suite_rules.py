@@ -1,0 +1,98 @@
+"""The suite's own rules (tests/plugins/): fixed sleeps are accounted and bounded per test, and a test that starts a
+server is marked ``server`` (left out of ``make check``) by rule, or fails."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from tests.conftest import Replica
+from tests.plugins import sleeps, tiers
+
+pytest_plugins = ["pytester"]
+
+SLEEPY = """
+import time
+
+import pytest
+
+{mark}
+
+def test_sleeps_twice():
+    time.sleep(0.1)
+    time.sleep(0.1)
+
+
+def test_polls():
+    for _ in range(5):
+        time.sleep(0.04)
+"""
+
+
+@pytest.fixture
+def small_budget(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """The sleep accounting of this process, scaled down (budget 0.15 s, polls up to 0.05 s) and counting the
+    sleeps of the files ``pytester`` writes."""
+    monkeypatch.setattr(sleeps, "TESTS", str(pytester.path))
+    monkeypatch.setattr(sleeps, "BUDGET_S", 0.15)
+    monkeypatch.setattr(sleeps, "POLL_S", 0.05)
+    pytester.makeconftest('pytest_plugins = ["tests.plugins.sleeps"]')
+    return pytester
+
+
+def test_a_test_sleeping_past_its_budget_fails_naming_where(small_budget: pytest.Pytester) -> None:
+    small_budget.makepyfile(test_sleepy=SLEEPY.format(mark=""))
+    result = small_budget.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)  # the polls are not counted
+    result.stdout.fnmatch_lines(["*test_sleeps_twice slept 0.2 s on fixed intervals (at most 0.15 s here: *"])
+
+
+def test_a_module_may_declare_what_its_behaviour_needs(small_budget: pytest.Pytester) -> None:
+    mark = 'pytestmark = pytest.mark.sleeps(0.5, reason="two steps of 0.1 s")'
+    small_budget.makepyfile(test_sleepy=SLEEPY.format(mark=mark))
+    small_budget.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_a_declaration_needs_its_reason(small_budget: pytest.Pytester) -> None:
+    small_budget.makepyfile(test_sleepy=SLEEPY.format(mark="pytestmark = pytest.mark.sleeps(0.5)"))
+    result = small_budget.runpytest_inprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*pytest.mark.sleeps(seconds, reason=*"])
+    assert result.ret != 0
+
+
+def _item(module: types.ModuleType, *fixtures: str) -> pytest.Item:
+    return types.SimpleNamespace(module=module, fixturenames=list(fixtures))  # type: ignore[return-value]
+
+
+def test_a_module_holding_a_server_helper_needs_a_server() -> None:
+    # imported here: held at this module's top, they would make it a module that needs a server
+    from tests.helpers.prometheus_server import PrometheusServer
+
+    holding = types.ModuleType("tests.integration.test_holding")
+    holding.PrometheusServer = PrometheusServer  # type: ignore[attr-defined]
+    simulated = types.ModuleType("tests.unit.test_simulated")
+    simulated.Replica = Replica  # type: ignore[attr-defined]
+    assert tiers.needs_server(_item(holding))
+    assert not tiers.needs_server(_item(simulated))
+    assert tiers.needs_server(_item(simulated, "prometheus"))  # a fixture that starts one
+    deploy = types.ModuleType("tests.deploy.test_promtool")
+    deploy.support = __import__("tests.deploy.support", fromlist=["_"])  # runs promtool: one level down
+    assert tiers.needs_server(_item(deploy))
+
+
+def test_a_test_that_starts_a_server_unseen_by_the_rules_fails(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('pytest_plugins = ["tests.plugins.tiers"]')
+    pytester.makepyfile(
+        test_hidden="""
+import importlib
+
+
+def test_starts_prometheus(tmp_path):
+    helper = importlib.import_module("tests.helpers.prometheus_server")
+    helper.PrometheusServer(tmp_path).start()
+"""
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_starts_prometheus starts prometheus but is not marked `server`*"])

@@ -645,13 +645,13 @@ class ImpossibleValues:
         self._health.count(IMPOSSIBLE_VALUES, float(series), labels={"metric": query.key_name})
         self._warn.warning(
             f"impossible:{query.key_name}",
-            "step %d: %d series of metric %s (metrics[%d]) had values outside [0, %g] (0 to its full_scale) in the "
+            "step %d: %d series of metric %s (%s) had values outside [0, %g] (0 to its full_scale) in the "
             "step: no device reads that, so they are left out of its statistics in this step, counted in %s; check "
             "the exporter, or the metric's full_scale",
             window.step,
             series,
             query.key_name,
-            query.source_index,
+            query.entry,
             query.full_scale,
             IMPOSSIBLE_VALUES,
         )

@@ -136,11 +136,11 @@ def missing_warning(
     matchers = f" with labels {dict(query.matchers)}" if query.matchers else ""
     warn.warning(
         f"missing:{query.key_name}",
-        "step %d: configured metric %s%s (metrics[%d]) matched no series: %s; %s",
+        "step %d: configured metric %s%s (%s) matched no series: %s; %s",
         window.step,
         what,
         matchers,
-        query.source_index,
+        query.entry,
         why,
         fix,
     )

@@ -27,7 +27,7 @@ def check_names(queries: Sequence[MetricQuery], store: Store) -> None:
         return
     for query in queries:
         if query.utf8_names:
-            entry = f"metrics[{query.source_index}].otlp"
+            entry = f"{query.entry}.otlp"
             raise ConfigError(
                 f"{entry} reads {query.utf8_names[0]}, a UTF-8 metric name (its translation_strategy keeps dots), "
                 f"but {store.name} has no UTF-8 metric names: set {entry}.translation_strategy to "
@@ -53,7 +53,7 @@ def resolve_kind(query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) 
     if kind in ("counter", "gauge", "histogram"):
         resolved: MetricKind = kind  # type: ignore[assignment]
         return query.with_kind(resolved)
-    entry = f"metrics[{query.source_index}] {query.name}"
+    entry = f"{query.entry} {query.name}"
     if kinds:
         raise ConfigError(
             f"{entry}: type unknown (Prometheus reports {sorted(k or '?' for k in kinds)}); "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,7 +30,7 @@ from typing import Any, Final
 
 from opentelemetry.sdk.metrics.export import Gauge, Metric
 
-from otel_bridge.health import GROUPS_DROPPED, IMPOSSIBLE_VALUES, Health
+from otel_bridge.health import IMPOSSIBLE_VALUES, Health
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
@@ -584,50 +583,6 @@ def bound_groups(query: MetricQuery, points: Sequence[StatPoint]) -> BoundedPoin
         if combine is not None:
             bounded.append(StatPoint(stat, other, combine(values)))
     return BoundedPoints(bounded, len(groups), len(groups) - len(kept))
-
-
-class GroupBound:
-    """Applies :func:`bound_groups` to each metric of a producer's windows, and says what it folded: the health gauge
-    ``otel_bridge/groups_dropped{metric}`` (while a metric is over its bound) and one WARNING per metric (rate-limited)
-    naming the count, the bound and the key to raise."""
-
-    def __init__(self, health: Health, warn: RateLimitedLogger) -> None:
-        self._health = health
-        self._warn = warn
-        self._over: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, query: MetricQuery, points: Sequence[StatPoint], window: StepWindow) -> list[StatPoint]:
-        """``points`` within ``query.max_groups``, the rest folded or left out and counted."""
-        bounded = bound_groups(query, points)
-        labels = {"metric": query.key_name}
-        with self._lock:
-            if bounded.dropped:
-                self._over.add(query.key_name)
-                self._health.set(GROUPS_DROPPED, float(bounded.dropped), labels=labels)
-            elif query.key_name in self._over:
-                self._over.discard(query.key_name)
-                self._health.forget(GROUPS_DROPPED, labels)
-        if bounded.dropped:
-            self._warn.warning(
-                f"groups:{query.key_name}",
-                "step %d: metric %s (%s) has %d label groups of %s, over its bound of %d: the %d groups after "
-                "the first %d in label order are summed into one %r group where that is exact (delta, rate, count, "
-                "sum, gauges with agg sum/max/min) and left out otherwise, counted in %s; raise %s.max_groups "
-                "(or the top-level max_groups) to keep them apart, or group by fewer labels",
-                window.step,
-                query.key_name,
-                query.entry,
-                bounded.groups,
-                list(query.by),
-                query.max_groups,
-                bounded.dropped,
-                query.max_groups - 1,
-                OTHER_VALUE,
-                GROUPS_DROPPED,
-                query.entry,
-            )
-        return bounded.points
 
 
 class ImpossibleValues:

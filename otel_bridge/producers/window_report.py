@@ -2,8 +2,8 @@
 
 Both wings find the same things when they read a window: how far the readings standing for its boundaries lay from
 them (``lag_s``), which targets had no reading at its end and for how long (``unread``), which configured metrics
-matched nothing and why (``missing``), and which metrics had more label groups than their bound (``groups dropped``,
-found as the points are made: :meth:`WindowReporter.bound`). A producer describes them in a :class:`WindowReport`;
+matched nothing and why (``missing``), and which metrics had more label groups than their bound (``groups``, found
+as the points are made: :meth:`WindowReport.within_bounds`). A producer describes them in a :class:`WindowReport`;
 its :class:`WindowReporter` turns that into health keys (``otel_bridge/boundary_lag_s``, ``targets_unread``,
 ``unread_s{instance}``, ``missing_metrics``, ``groups_dropped{metric}``) and log lines (rate-limited), and remembers
 which targets it named until they are read again.
@@ -16,13 +16,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, TARGETS_UNREAD, UNREAD, Health
+from otel_bridge.health import BOUNDARY_LAG, GROUPS_DROPPED, MISSING_METRICS, TARGETS_UNREAD, UNREAD, Health
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.statistics import GroupBound
+from otel_bridge.producers.statistics import OTHER_VALUE, StatPoint, bound_groups
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 
-__all__ = ["MissingMetric", "UnreadTarget", "WindowReport", "WindowReporter"]
+__all__ = ["GroupCount", "MissingMetric", "UnreadTarget", "WindowReport", "WindowReporter"]
 
 _log = logging.getLogger(__name__)
 
@@ -50,6 +50,16 @@ class MissingMetric:
     fix: str = "check its name and labels"
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCount:
+    """A metric's label groups in a window (``groups``), and how many of them its ``max_groups`` folded into
+    ``_other`` or left out (``dropped``; 0 when within its bound)."""
+
+    query: MetricQuery
+    groups: int
+    dropped: int
+
+
 @dataclass
 class WindowReport:
     """What a producer could not read of ``window`` (see the module docstring).
@@ -64,6 +74,14 @@ class WindowReport:
     lag_beside: bool = False
     unread: Sequence[UnreadTarget] | None = None
     missing: list[MissingMetric] = field(default_factory=list)
+    groups: list[GroupCount] = field(default_factory=list)
+
+    def within_bounds(self, query: MetricQuery, points: Sequence[StatPoint]) -> list[StatPoint]:
+        """``points`` within ``query.max_groups`` (:func:`~otel_bridge.producers.statistics.bound_groups`), their
+        groups counted in this report."""
+        bounded = bound_groups(query, points)
+        self.groups.append(GroupCount(query, bounded.groups, bounded.dropped))
+        return bounded.points
 
 
 class WindowReporter:
@@ -74,8 +92,7 @@ class WindowReporter:
         self._warn = warn
         self._lock = threading.Lock()
         self._unread: set[str] = set()  # instances named unread in the last record
-        self.bound = GroupBound(health, warn)
-        """``bound(query, points, window)``: ``points`` within the query's ``max_groups``, what it folded said."""
+        self._over: set[str] = set()  # metrics over their max_groups in the last window they were read
 
     def publish(self, report: WindowReport) -> None:
         """Set the window's health keys and log what changed (see the module docstring)."""
@@ -87,6 +104,40 @@ class WindowReporter:
         self._health.set(MISSING_METRICS, float(len(report.missing)))
         for missing in report.missing:
             missing_warning(self._warn, missing.query, report.window, missing.why, missing.fix)
+        self._publish_groups(report)
+
+    def _publish_groups(self, report: WindowReport) -> None:
+        """``otel_bridge/groups_dropped{metric}`` while a metric is over its bound, and one WARNING per metric
+        (rate-limited) naming the count, the bound and the key to raise."""
+        for count in report.groups:
+            query = count.query
+            labels = {"metric": query.key_name}
+            with self._lock:
+                if count.dropped:
+                    self._over.add(query.key_name)
+                    self._health.set(GROUPS_DROPPED, float(count.dropped), labels=labels)
+                elif query.key_name in self._over:
+                    self._over.discard(query.key_name)
+                    self._health.forget(GROUPS_DROPPED, labels)
+            if count.dropped:
+                self._warn.warning(
+                    f"groups:{query.key_name}",
+                    "step %d: metric %s (%s) has %d label groups of %s, over its bound of %d: the %d groups after "
+                    "the first %d in label order are summed into one %r group where that is exact (delta, rate, "
+                    "count, sum, gauges with agg sum/max/min) and left out otherwise, counted in %s; raise "
+                    "%s.max_groups (or the top-level max_groups) to keep them apart, or group by fewer labels",
+                    report.window.step,
+                    query.key_name,
+                    query.entry,
+                    count.groups,
+                    list(query.by),
+                    query.max_groups,
+                    count.dropped,
+                    query.max_groups - 1,
+                    OTHER_VALUE,
+                    GROUPS_DROPPED,
+                    query.entry,
+                )
 
     def _publish_unread(self, report: WindowReport, unread: Sequence[UnreadTarget]) -> None:
         window = report.window

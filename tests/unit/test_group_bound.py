@@ -12,7 +12,8 @@ from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.health import GROUPS_DROPPED, Health
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.statistics import OTHER_VALUE, GroupBound, StatPoint, bound_groups
+from otel_bridge.producers.statistics import OTHER_VALUE, StatPoint, bound_groups
+from otel_bridge.producers.window_report import WindowReport, WindowReporter
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 
@@ -78,7 +79,13 @@ def test_a_real_other_value_is_folded_not_duplicated() -> None:
 def test_the_health_gauge_and_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     health = Health()
-    bound = GroupBound(health, RateLimitedLogger(logging.getLogger("otel_bridge.test"), 60.0))
+    reporter = WindowReporter(health, RateLimitedLogger(logging.getLogger("otel_bridge.test"), 60.0))
+
+    def bound(query: MetricQuery, given: list[StatPoint], window: StepWindow) -> None:
+        report = WindowReport(window)  # what a wing builds for each window, and the reporter says
+        report.within_bounds(query, given)
+        reporter.publish(report)
+
     query = MetricQuery(
         "tokens", name="tokens", kind="counter", stats=("delta",), by=("lora",), max_groups=3, source_index=2
     )

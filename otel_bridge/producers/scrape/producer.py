@@ -405,7 +405,7 @@ class ScrapeProducer:
             if points is None:
                 report.missing.append(MissingMetric(query, f"no target among {len(targets)} exposes it"))
             else:  # matched, even without a value in this window (no observations): not missing
-                bounded = self._reporter.bound(query, points, window) if points else points
+                bounded = report.within_bounds(query, points) if points else points
                 metrics.append(to_metric(query, bounded, window))
         with self._cond:  # a target that left meanwhile (set_targets) is not named again
             current = {target.instance for target in self._targets.values()}

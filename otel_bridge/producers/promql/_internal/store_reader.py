@@ -203,6 +203,7 @@ class StoreReader:
             unread, new = self._unread(answer.unread, window)
         self._report_targets(answer, plan, said=new)
         metrics: list[Metric] = []
+        report = WindowReport(window, "Prometheus", lag_s=answer.lag_s or 0.0, unread=unread)
         for index in sorted(answer.answered):
             query = self.queries[index]
             if index in answer.increases or index in answer.reread:
@@ -210,9 +211,9 @@ class StoreReader:
             else:
                 points = answer.points.get(index, [])
             if points:
-                metrics.append(to_metric(query, self._reporter.bound(query, points, window), window))
+                metrics.append(to_metric(query, report.within_bounds(query, points), window))
         interval_s = self.setup.schedule.interval_s
-        missing = []
+        missing = report.missing
         for index, query in enumerate(self.queries):
             if index in answer.answered or not _expects_answer(query, window):
                 continue
@@ -228,7 +229,6 @@ class StoreReader:
                 )
             else:
                 missing.append(MissingMetric(query, "Prometheus returned no series for it"))
-        report = WindowReport(window, "Prometheus", lag_s=answer.lag_s or 0.0, unread=unread, missing=missing)
         return WindowReading(metrics, report)
 
     def _report_targets(self, answer: WindowAnswer, plan: WindowPlan, *, said: set[str]) -> None:

@@ -20,7 +20,8 @@ import requests
 from otel_bridge import Bridge, BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.health import IMPOSSIBLE_VALUES
-from tests.faults.support import CollectingBackend, base_config
+from tests.faults.support import base_config
+from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -71,7 +72,7 @@ def test_a_gpu_reading_outside_its_range_is_left_out_and_counted(
 ) -> None:
     name, labels = EXPORTERS[preset]
     gpus = GPUServer(name, labels)
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{gpus.server.port}"], "sample_interval_s": 0, "timeout_s": 2}
     # step 0: both GPUs sane; step 1: GPU 0 reads 150; step 2: GPU 1 reads -50; step 3: both sane again
     plan = [(40.0, 60.0), (150.0, 60.0), (40.0, -50.0), (40.0, 60.0)]
@@ -124,7 +125,7 @@ def test_full_scale_must_be_a_number_not_a_boolean() -> None:
         BridgeConfig.load({"delivery": {"produce_timeout_s": True}}, environ={})
 
 
-def _length(collecting: CollectingBackend, step: int) -> float:
+def _length(collecting: BackendDouble, step: int) -> float:
     record = next(r for r in collecting.records if r.step == step)
     assert record.window_start is not None
     return record.time - record.window_start
@@ -150,7 +151,7 @@ def test_on_the_promql_path_a_gpu_outside_its_range_is_left_out_and_counted(tmp_
     gpus = GPUServer(name, labels)
     gpus.set(150.0, 60.0)  # GPU 0 reads 150 all along
     prometheus = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{gpus.server.port}"], scrape_interval_s=0.25)
-    collecting = CollectingBackend()
+    collecting = BackendDouble()
     try:
         prometheus.start()
         _wait_for_samples(prometheus, name, 2)

@@ -325,8 +325,8 @@ def unit_of(key: str, *, histogram: bool = False) -> str | None:
     if phase is not None:
         return "s" if rest == "seconds" else unit_of(rest, histogram=histogram)
     stat, metric = _stat_and_metric(key)
-    if stat == "idle_seconds":
-        return "idle GPU-s"
+    if stat == "idle_seconds":  # the rollout servers' (.../servers/idle_seconds) or the GPUs' (.../gpus/...)
+        return "idle server-s" if metric == "servers" else "idle GPU-s"
     base = _base_unit(metric)
     if stat == "rate":
         return f"{base}/s" if base else "per s"

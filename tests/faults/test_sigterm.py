@@ -40,7 +40,7 @@ TRAINER = textwrap.dedent(
     run = {"name": "run", "dir": sys.argv[1], "handle_sigterm": mode != "default"}
     if mode == "install":
         import otel_bridge
-        bridge = otel_bridge.install({"run": {"name": "run", "dir": sys.argv[1]}})
+        bridge = otel_bridge.install({"run": {"name": "installed", "dir": sys.argv[1]}})  # a run of its own
         bridge.close()  # install() set the global MeterProvider and the handler; the run itself uses a plain bridge
         bridge = Bridge.from_config({"run": {"name": "run", "dir": sys.argv[1]}}, backends=[SlowBackend()])
     else:

@@ -121,7 +121,7 @@ def test_doctor_refuses_a_run_record_that_is_not_a_regular_file(
             "prometheus": {"url": prometheus.url, "scrape_interval_s": 1, "retries": 0},
             "metrics": [{"name": "vllm:num_requests_running"}],
             "trackers": [{"type": "jsonl"}],
-            "run": {"dir": str(tmp_path / "runs")},
+            "run": {"dir": str(tmp_path / "runs"), "name": "hostile"},  # doctor judges this config's runs
         },
     )
     done = run_cli(["doctor", "--config", str(config), "--json"], cwd=tmp_path, timeout=60)

@@ -10,7 +10,7 @@ others. The marker is set here by rule, never by hand, and the rule is checked w
 - a test without the marker that starts a :class:`~tests.helpers.prometheus_server.ServerProcess` fails, naming this
   module: the rule missed it, extend the rule.
 
-Parallel workers (``pytest -n 2 --dist loadgroup``, what ``make test`` runs): a module's tests form one group, so
+Parallel workers (``pytest -n 2 --dist loadgroup``, ``make test PYTEST_WORKERS=2``): a module's tests form one group, so
 they run in one worker, one after another, and its module-scoped servers are shared as they are in one process; the
 modules that take the session's Ray cluster share one group (one Ray per run, not per worker). The groups are
 scheduled here (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record. They are handed out

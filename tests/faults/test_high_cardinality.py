@@ -40,14 +40,24 @@ class ManyAdapters:
     has counted ``1 + i % 7`` more tokens, so each group's increase differs and the total is known."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._scrapes = 0
+        self._changed = threading.Condition()
+        self._received: list[float] = []  # when each scrape arrived
         self.server = ScriptedHTTPServer(self._answer)
 
+    def wait_for_scrapes_after(self, t: float, count: int, timeout_s: float = 60.0) -> None:
+        """Wait until ``count`` scrapes have arrived after ``t``. A target's scrapes never overlap, so with two the
+        second was sent after ``t``: a step that began before ``t`` has a reading of its own for its start, and its
+        end's reading, sent after the step ends, is another one (a page this size takes long to render and parse on
+        a loaded machine, longer than a fixed short step)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: sum(r > t for r in self._received) >= count, timeout_s):
+                raise TimeoutError(f"fewer than {count} scrapes of the page within {timeout_s} s")
+
     def _answer(self, _request: RecordedRequest) -> Response:
-        with self._lock:
-            self._scrapes += 1
-            n = self._scrapes
+        with self._changed:
+            self._received.append(time.time())
+            n = len(self._received)
+            self._changed.notify_all()
         lines = [f"# TYPE {TOKENS} counter\n"]
         lines.extend(f'{TOKENS}{{lora="a{i:05d}"}} {n * (1 + i % 7)}\n' for i in range(VALUES))
         lines.append(f"# TYPE {RUNNING} gauge\n{RUNNING} 3\n")
@@ -71,7 +81,7 @@ def run(tmp_path: Path, steps: int, **extra: object) -> dict[int, dict[str, floa
         with Bridge.from_config(config, backends=[collecting]) as bridge:
             for step in range(steps):
                 with bridge.step(step):
-                    threading.Event().wait(0.3)
+                    page.wait_for_scrapes_after(time.time(), 2)
                 bridge.collect(step)
     finally:
         page.server.close()

@@ -13,10 +13,11 @@ Which reading stands for a boundary (:meth:`TargetReadings.end_stand`, :meth:`Ta
 - **A window's start** that is the previous window's end (contiguous steps) is stood for by that same reading, and so
   is a start that comes while the reading of the boundary before it is still being taken (``end_step(k)`` then
   ``begin_step(k + 1)`` a moment later: nothing can tell the two apart, and nothing falls between the two steps).
-  Any other start, like an end, by the first reading sent at or after it; what was counted between the start and
-  that reading lands in the window before, within ``boundary_lag_s`` (with ``begin_step``/``end_step`` leaving time
-  between steps: in that time, which no step counts). The run's opening boundary, which has no boundary before it,
-  by the nearer of the last reading answered before it and the first sent after it.
+  Any other start, the run's opening boundary included, like an end: by the first reading sent at or after it; what
+  was counted between the start and that reading lands in the window before, within ``boundary_lag_s`` (with
+  ``begin_step``/``end_step`` leaving time between steps, or before the run's first step: in that time, which no step
+  counts). A reading taken before a boundary never stands for it, so a window never holds what was counted before
+  it began.
 - **A target that joined after a boundary** (discovery found it later: :attr:`TargetReadings.added`) was not a target
   at that boundary: nothing of it stands there (:data:`ABSENT`), decided at once, so a window that ended before it
   came never waits for its reading and never names it unread; a window it joined during takes it from its first
@@ -142,14 +143,7 @@ class TargetReadings:
             reading = self._stands[previous].reading
             if reading is not None and reading.answered > t and after > 0 and self.readings[after - 1] is reading:
                 return self._decide(t, after - 1)  # it was still being taken at t: t cannot be told from previous
-            return self.end_stand(t)
-        if after == len(self.readings):
-            return None
-        # The run's opening boundary: the nearer of the last reading answered before it and the first sent after it.
-        before = next((i for i in range(after - 1, -1, -1) if self.readings[i].answered <= t), None)
-        if before is not None and distance(self.readings[before], t) < distance(self.readings[after], t):
-            return self._decide(t, before)
-        return self._decide(t, after)
+        return self.end_stand(t)
 
     def _decide(self, t: float, index: int) -> Stand:
         reading = self.readings[index]

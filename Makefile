@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
+# Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the venv's installs
+# (network, disk).
+MAKEFLAGS += --jobs=2 --output-sync=target
+
 .PHONY: demo test check lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
 
 $(BIN)/python:
@@ -64,11 +68,10 @@ typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy otel_bridge
 
 # The suite runs in PYTEST_WORKERS processes (pytest-xdist): a module's tests stay in one worker, in order, and share its
-# servers (tests/plugins/tiers.py). `make test` writes the timings (per test, with each test's fixed sleeps) to
-# .test-times/junit.xml and prints the 50 slowest. One worker by default: with two on 2 cores, the truth tests that
-# saturate the machine on purpose run beside another worker's timing-sensitive tests, and two clean-clone runs each
-# had timing failures that one worker has not (24.5 min of pytest against about 40); PYTEST_WORKERS=2 runs them so.
-PYTEST_WORKERS ?= 1
+# servers (tests/plugins/tiers.py); a test that saturates the machine on purpose (CPULoad) holds it whole meanwhile,
+# so no other worker's test runs on it unplanned (tests/plugins/machine.py). `make test` writes the timings (per test,
+# with each test's fixed sleeps) to .test-times/junit.xml and prints the 50 slowest.
+PYTEST_WORKERS ?= 2
 CHECK_WORKERS ?= 2
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder
 TIMES := .test-times

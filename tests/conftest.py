@@ -15,7 +15,7 @@ from otel_bridge.tools.simulation.http import MetricsHTTPServer
 from otel_bridge.tools.simulation.vllm import VLLMServer, VLLMSimulator
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 
-pytest_plugins = ["tests.ray_fixtures", "tests.plugins.tiers", "tests.plugins.sleeps"]
+pytest_plugins = ["tests.ray_fixtures", "tests.plugins.tiers", "tests.plugins.sleeps", "tests.plugins.machine"]
 
 # Property tests explore the same examples on every run (deterministic suite); no per-example deadline on 2 cores.
 settings.register_profile("otel-bridge", derandomize=True, deadline=None, print_blob=True)

@@ -1,14 +1,16 @@
-"""The suite's own rules (tests/plugins/): fixed sleeps are accounted and bounded per test, and a test that starts a
-server is marked ``server`` (left out of ``make check``) by rule, or fails."""
+"""The suite's own rules (tests/plugins/): fixed sleeps are accounted and bounded per test, a test that starts a
+server is marked ``server`` (left out of ``make check``) by rule, or fails, and a test saturating the machine runs
+beside no other worker's test."""
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
 
 from tests.conftest import Replica
-from tests.plugins import sleeps, tiers
+from tests.plugins import machine, sleeps, tiers
 
 pytest_plugins = ["pytester"]
 
@@ -96,3 +98,58 @@ def test_starts_prometheus(tmp_path):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_starts_prometheus starts prometheus but is not marked `server`*"])
+
+
+SATURATING = """
+import json
+import os
+import time
+
+import pytest
+
+from tests.plugins.machine import whole_machine
+
+LOG = {log!r}
+
+
+def note(what):
+    with open(LOG, "a") as log:
+        log.write(json.dumps([what, os.environ.get("PYTEST_XDIST_WORKER"), time.monotonic()]) + "\\n")
+
+
+def test_saturates():
+    with whole_machine():
+        note("hold")
+        time.sleep(0.6)
+        note("release")
+
+
+@pytest.mark.parametrize("n", range(12))
+def test_other(n):
+    note(f"begin {{n}}")
+    time.sleep(0.1)
+    note(f"end {{n}}")
+"""
+
+
+def test_a_test_holding_the_whole_machine_runs_beside_no_other_workers_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers: while one holds the machine (as a ``CPULoad`` does), the other starts no test and none of its
+    tests is running."""
+    monkeypatch.setenv("PYTHONPATH", str(tiers.ROOT))
+    monkeypatch.delenv(machine.LOCKS_ENV, raising=False)  # the inner run's own locks, not this run's
+    log = pytester.path / "log.jsonl"
+    pytester.makeconftest('pytest_plugins = ["tests.plugins.machine"]')
+    pytester.makepyfile(test_saturating=SATURATING.format(log=str(log)))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "load")
+    result.assert_outcomes(passed=13)
+    notes = [json.loads(line) for line in log.read_text().splitlines()]
+    (held_by, held), (_, released) = [(w, t) for what, w, t in notes if what in ("hold", "release")]
+    others = {(w, what.split()[1]) for what, w, _ in notes if what.startswith("begin")}
+    assert {w for w, _ in others} == {"gw0", "gw1"}, "both workers ran tests (else nothing was shown)"
+    for n in range(12):
+        worker = next(w for w, m in others if m == str(n))
+        begin = next(t for what, w, t in notes if what == f"begin {n}")
+        end = next(t for what, w, t in notes if what == f"end {n}")
+        assert end < held or begin > released, f"test_other[{n}] ({worker}) ran while {held_by} held the machine"

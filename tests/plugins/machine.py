@@ -1,0 +1,89 @@
+"""The machine as a resource the parallel workers share: a test that saturates it on purpose takes it whole.
+
+The timing-sensitive truth tests run on a saturated machine on purpose (``*_busy`` cases: CPU-bound processes on
+every core, as on a trainer node), measuring what the bridge does there. With parallel workers
+(``make test PYTEST_WORKERS=2``) another worker's tests would run on that saturated machine too, unplanned, and the
+saturating test would share its cores with them: neither measures what it says. So every test runs holding the
+machine *shared*, and :func:`whole_machine` (which :class:`tests.helpers.cpu_load.CPULoad` enters) holds it
+*exclusively*: it waits until the tests running in other workers end, and their next tests wait until it is done.
+
+Two ``flock`` locks in a directory of the run (one per ``pytest`` run, made by the controller and handed to the
+workers in :data:`LOCKS_ENV`): ``machine`` (shared per test, exclusive for a saturating block) and ``intent``, which a
+saturating block holds exclusively while it waits, and every test passes through before it takes ``machine``, so a
+waiting saturating block is not starved by the other workers' stream of tests. Without workers, everything is one
+process and no call waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: The run's lock directory, set by the controller for its workers.
+LOCKS_ENV = "OTEL_BRIDGE_TEST_LOCKS"
+
+_files: dict[str, int] = {}  # lock name -> this process' descriptor
+_exclusive = False
+
+
+def _fd(name: str) -> int | None:
+    directory = os.environ.get(LOCKS_ENV)
+    if directory is None:
+        return None
+    if name not in _files:
+        _files[name] = os.open(Path(directory) / name, os.O_RDWR | os.O_CREAT, 0o600)
+    return _files[name]
+
+
+@contextlib.contextmanager
+def whole_machine() -> Iterator[None]:
+    """Hold the machine exclusively (see the module docstring): no other worker runs a test meanwhile. Re-entrant in
+    one process."""
+    global _exclusive
+    machine, intent = _fd("machine"), _fd("intent")
+    if machine is None or intent is None or _exclusive:
+        yield
+        return
+    # This test's shared hold is let go first: two workers asking for the machine at once must not each wait for the
+    # other's hold.
+    fcntl.flock(machine, fcntl.LOCK_UN)
+    fcntl.flock(intent, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(machine, fcntl.LOCK_EX)  # once the tests running in the other workers have ended
+    finally:
+        fcntl.flock(intent, fcntl.LOCK_UN)
+    _exclusive = True
+    try:
+        yield
+    finally:
+        _exclusive = False
+        fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared hold
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and LOCKS_ENV not in os.environ:  # the controller (or a run without -n)
+        directory = tempfile.mkdtemp(prefix="otel-bridge-test-locks-")
+        os.environ[LOCKS_ENV] = directory
+        config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+        config.add_cleanup(lambda: os.environ.pop(LOCKS_ENV, None))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    machine, intent = _fd("machine"), _fd("intent")
+    if machine is None or intent is None:
+        return (yield)
+    fcntl.flock(intent, fcntl.LOCK_SH)  # waits while a saturating block waits for, or holds, the machine
+    fcntl.flock(intent, fcntl.LOCK_UN)
+    fcntl.flock(machine, fcntl.LOCK_SH)
+    try:
+        return (yield)
+    finally:
+        fcntl.flock(machine, fcntl.LOCK_UN)

@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
 # Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the venv's installs
-# (network, disk).
-MAKEFLAGS += --jobs=2 --output-sync=target
+# (network, disk); output by line, so the suite's progress shows as it runs.
+MAKEFLAGS += --jobs=2 --output-sync=line
 
 .PHONY: demo test check lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
 

@@ -29,7 +29,7 @@ from otel_bridge.producers.promql._internal.plan import (
 )
 from otel_bridge.producers.promql._internal.setup import Setup
 from otel_bridge.producers.promql._internal.targets import ServingTargets
-from otel_bridge.producers.statistics import RawSeries, stats_from_increases, to_metric
+from otel_bridge.producers.statistics import ImpossibleValues, RawSeries, stats_from_increases, to_metric
 from otel_bridge.producers.window_report import MissingMetric, UnreadTarget, WindowReport, WindowReporter
 from otel_bridge.producers.window_source import WindowReading
 from otel_bridge.prometheus import promql
@@ -82,6 +82,7 @@ class StoreReader:
         self._scrapes_name_members = scrapes_name_members
         self._down_keys: set[str] = set()  # instances with a scrape_errors key from Prometheus' ``up``
         self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
+        self._impossible = ImpossibleValues(health, warn)
 
     # -- before asking ---------------------------------------------------------------------------------------------
 
@@ -204,6 +205,8 @@ class StoreReader:
         self._report_targets(answer, plan, said=new)
         metrics: list[Metric] = []
         report = WindowReport(window, "Prometheus", lag_s=answer.lag_s or 0.0, unread=unread)
+        for index, series in sorted(answer.impossible.items()):
+            self._impossible(self.queries[index], series, window)
         for index in sorted(answer.answered):
             query = self.queries[index]
             if index in answer.increases or index in answer.reread:

@@ -34,11 +34,11 @@ def rollout_keys(values: dict[str, float]) -> list[str]:
     return [k for k in values if k.startswith("rollout/")]
 
 
-def run_steps(bridge: Bridge, steps: int, *, collect: bool = False, seconds: float = 0.0) -> None:
-    """Steps ``0 .. steps-1``, each a ``with bridge.step(n)`` block logging ``actor/loss = n`` (and lasting
+def run_steps(bridge: Bridge, steps: int, *, collect: bool = False, seconds: float = 0.0, first: int = 0) -> None:
+    """Steps ``first .. first+steps-1``, each a ``with bridge.step(n)`` block logging ``actor/loss = n`` (and lasting
     ``seconds``: scrapes of a store inside each window); with ``collect``, each step's record is waited for before the
     next step begins."""
-    for step in range(steps):
+    for step in range(first, first + steps):
         with bridge.step(step):
             bridge.log({"actor/loss": float(step)}, step=step)
             if seconds:
@@ -106,11 +106,23 @@ def collect_steps(
 
 @contextmanager
 def prometheus_scraping(
-    workdir: Path, page: ScrapedPage, name: str, *, version: str, series: int = 1, timeout_s: float = 30.0
+    workdir: Path,
+    page: ScrapedPage,
+    name: str,
+    *,
+    version: str,
+    series: int = 1,
+    rules: dict[str, Any] | None = None,
+    enable_lifecycle: bool = False,
+    timeout_s: float = 30.0,
 ) -> Iterator[PrometheusServer]:
-    """A real Prometheus ``version`` scraping ``page`` every 0.25 s, once it holds ``series`` series of ``name``;
-    Prometheus and the page are stopped on leaving, also when the test fails."""
-    prometheus = PrometheusServer(workdir, [f"127.0.0.1:{page.server.port}"], scrape_interval_s=0.25, version=version)
+    """A real Prometheus ``version`` scraping ``page`` every 0.25 s (running ``rules``, a rule file's content;
+    ``POST /-/reload`` with ``enable_lifecycle``), once it holds ``series`` series of ``name``; Prometheus and the
+    page are stopped on leaving, also when the test fails."""
+    target = f"127.0.0.1:{page.server.port}"
+    prometheus = PrometheusServer(
+        workdir, [target], scrape_interval_s=0.25, rules=rules, version=version, enable_lifecycle=enable_lifecycle
+    )
     try:
         prometheus.start()
         deadline = time.monotonic() + timeout_s

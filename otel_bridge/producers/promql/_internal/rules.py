@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
@@ -205,12 +206,19 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
             if all([usable(rule) for rule in rules]):
                 records[index] = tuple(rule.record for rule in rules)
     interval = group.get("interval")
-    evaluation = group.get("evaluationTime")
-    if not records or not isinstance(interval, int | float) or interval <= 0:
-        return None, "; ".join(problems) or f"rule group {GROUP!r} has no usable interval"
-    return RuleSet(
-        records, float(interval), float(evaluation) if isinstance(evaluation, int | float) else 0.0
-    ), "; ".join(problems)
+    evaluation = group.get("evaluationTime", 0.0)
+    if not _seconds(interval) or interval <= 0:
+        return None, f"rule group {GROUP!r} has no usable interval ({interval!r} is not a number of seconds above 0)"
+    if not _seconds(evaluation) or evaluation < 0:
+        return None, f"rule group {GROUP!r} has no usable evaluationTime ({evaluation!r} is not a number of seconds)"
+    if not records:
+        return None, "; ".join(problems)
+    return RuleSet(records, float(interval), float(evaluation)), "; ".join(problems)
+
+
+def _seconds(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` from ``/api/v1/rules`` is a finite number (not a bool: JSON ``true`` is no duration)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def rules_in_use(

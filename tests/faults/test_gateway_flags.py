@@ -3,7 +3,8 @@
 Before: a ``text/plain`` answer at ``/flags`` was taken for VictoriaMetrics' flag list, so the store was read with
 MetricsQL's ``increase()`` (Prometheus' extrapolating one): the run summed 200 of 1,002, 9 of 10 steps read 0, on
 both 2.42 and 3.16. Now what a path answers is confirmed by behaviour: VictoriaMetrics is the store that evaluates
-MetricsQL; a store that does not is taken for what its behaviour says (Prometheus), with a start-up WARNING.
+MetricsQL; a store that does not is taken for what its behaviour says (Prometheus), with a start-up WARNING and a
+note ``doctor`` prints.
 """
 
 from __future__ import annotations
@@ -47,3 +48,4 @@ def test_a_prometheus_behind_a_gateway_answering_flags_is_still_prometheus(
     assert store.max_query_bytes is None
     assert ("nocache", "1") not in store.query_params
     assert count_logs(caplog, "/flags") == 1
+    assert any("/flags" in note for note in store.notes)  # doctor prints a store's notes

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from otel_bridge.errors import PrometheusAPIError, PrometheusResponseError
@@ -101,13 +101,13 @@ def detect_store(client: PrometheusClient) -> Store:
     info = _optional(client.buildinfo) or {}
     version = str(info.get("version", ""))
     flags = client.flags()
+    disagreement: tuple[str, ...] = ()
     if flags is not None and not _parses(client, _metricsql_only):
-        _log.warning(
-            "%s answers /flags with a list of flags, as VictoriaMetrics does, but does not evaluate MetricsQL: "
-            "something in front of the store (a gateway, a proxy) answers that path; the store is taken for what its "
-            "answers say it is",
-            client.url,
+        disagreement = (
+            "/flags answers with a list of flags, as VictoriaMetrics does, but the store does not evaluate MetricsQL: "
+            "something in front of it (a gateway, a proxy) answers that path; taken for what its answers say it is",
         )
+        _log.warning("%s: %s", client.url, disagreement[0])
         flags = None
     if flags is not None:
         store = _victoria_metrics(client, flags)
@@ -133,6 +133,8 @@ def detect_store(client: PrometheusClient) -> Store:
                 increase="anchored" if _promql_feature(features, "anchored") or _parses(client, _anchored) else None,
                 utf8_names=_parses(client, _utf8_name),
             )
+    if disagreement:  # said by doctor too
+        store = replace(store, notes=(*store.notes, *disagreement))
     _log.info(
         "%s at %s: window increases by %s, UTF-8 metric names %s",
         store.name,

@@ -214,38 +214,21 @@ class DelayProxy:
     """
 
     def __init__(self, upstream: str, delay_s: float) -> None:
-        import requests
-
-        from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+        from tests.helpers.http_servers import Forward, RecordedRequest, Response, forwarding_proxy
 
         self.upstream = upstream
         self.delay_s = delay_s
-        self._local = threading.local()
         self._lock = threading.Lock()
         self.count = 0
 
-        def forward(request: RecordedRequest) -> Response:
+        def delayed(request: RecordedRequest, forward: Forward) -> Response:
             with self._lock:
                 self.count += 1
-            session = getattr(self._local, "session", None)
-            if session is None:
-                session = self._local.session = requests.Session()
-            answer = session.request(
-                request.method,
-                upstream + request.path,
-                params=request.query,
-                data=request.body or None,
-                headers={"Content-Type": request.headers.get("content-type", "")} if request.body else None,
-                timeout=60,
-            )
-            return Response(
-                status=answer.status_code,
-                body=answer.content,
-                headers={"Content-Type": answer.headers.get("Content-Type", "application/json")},
-                delay_s=delay_s,
-            )
+            answer = forward()
+            answer.delay_s = delay_s
+            return answer
 
-        self._server = ScriptedHTTPServer(forward)
+        self._server = forwarding_proxy(upstream, delayed)
         self.url = self._server.url
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ TARGETS_UNREAD = "otel_bridge/targets_unread"
 UNREAD = "otel_bridge/unread_s"
 GROUPS_DROPPED = "otel_bridge/groups_dropped"
 IMPOSSIBLE_VALUES = "otel_bridge/impossible_values"
+ANSWER_ERRORS = "otel_bridge/answer_errors"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -59,6 +60,8 @@ DESCRIPTIONS: Mapping[str, str] = {
     "left out",
     IMPOSSIBLE_VALUES: "per metric with a full_scale: series left out of a step for values outside [0, full_scale] "
     "(a utilization of 150 or -50), one per series and step",
+    ANSWER_ERRORS: "per metric: label groups a store's answer gave a figure no window can have (a negative or "
+    "non-finite counter increase, negative idle seconds), left out of that step, one per group and step",
 }
 UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
 

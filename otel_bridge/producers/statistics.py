@@ -418,6 +418,38 @@ def compute_stats(
     return stats_from_increases(query, increases, window)
 
 
+def possible_increases(query: MetricQuery, increases: Increases) -> tuple[Increases, int]:
+    """``increases`` without the label groups whose figures no window can have, and how many groups that left out.
+
+    A counter's increase over a window is never negative and never NaN or infinite (nor a histogram's buckets' and
+    count's, nor a ratio's sides'); a histogram's sum is only never non-finite (observations may be negative). A group
+    with one such figure is left out whole (a histogram's buckets with it), never corrected: its true value is
+    unknown. A store's answer that holds one is a wrong answer (:class:`~otel_bridge.producers.promql` counts it)."""
+    histogram = query.kind == "histogram" and query.ratio is None
+    names = query.series_names()
+    bucket, may_fall = (names[0], names[1]) if histogram else (None, None)
+    bad: set[Group] = set()
+    for (name, group), value in increases.items():
+        base = group[:-1] if name == bucket and group and group[-1][0] == "le" else group
+        if not math.isfinite(value) or (value < 0.0 and name != may_fall):
+            bad.add(base)
+    if not bad:
+        return increases, 0
+    kept = {
+        (name, group): value
+        for (name, group), value in increases.items()
+        if (group[:-1] if name == bucket and group and group[-1][0] == "le" else group) not in bad
+    }
+    return kept, len(bad)
+
+
+def possible_points(points: Sequence[StatPoint]) -> tuple[list[StatPoint], int]:
+    """``points`` without the idle seconds no window can have (negative, NaN or infinite), and how many that left
+    out: a device is idle between none and all of a window's seconds."""
+    kept = [p for p in points if p.stat != IDLE_STAT or (math.isfinite(p.value) and p.value >= 0.0)]
+    return kept, len(points) - len(kept)
+
+
 def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> Increases | None:
     """The summed increases of a counter, histogram or ratio query's series during ``window``, per group.
 

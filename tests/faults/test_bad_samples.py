@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import base_config
+from tests.faults.support import CounterServer, base_config
 from tests.helpers.backends import BackendDouble
-from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
 pytestmark = pytest.mark.integration
 
 DELTA = "rollout/vllm/generation_tokens_total/delta"
 METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]}]
-
-
-class CounterServer:
-    """Serves ``vllm:generation_tokens_total`` with whatever value the test sets, and counts the scrapes."""
-
-    def __init__(self) -> None:
-        self.value = 0.0
-        self.scrapes = 0
-        self._lock = threading.Lock()
-        self.server = ScriptedHTTPServer(self._answer)
-
-    def _answer(self, request: RecordedRequest) -> Response:
-        with self._lock:
-            self.scrapes += 1
-            body = (
-                "# TYPE vllm:generation_tokens_total counter\n"
-                f'vllm:generation_tokens_total{{model_name="m"}} {self.value!r}\n'
-            )
-        return Response(body=body.encode(), headers={"Content-Type": "text/plain; version=0.0.4"})
-
-    def set(self, value: float) -> None:
-        with self._lock:
-            self.value = value
-
-    def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
-        """Until the server has answered ``count`` scrapes (the boundary scrape runs on the bridge's sampler)."""
-        deadline = time.monotonic() + timeout_s
-        while self.scrapes < count:
-            assert time.monotonic() < deadline, f"{self.scrapes} scrapes, expected {count}"
-            time.sleep(0.005)
 
 
 def test_a_negative_counter_sample_never_gives_a_negative_delta(tmp_path: Path) -> None:

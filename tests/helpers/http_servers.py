@@ -45,11 +45,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import requests
+
 __all__ = [
+    "Forward",
     "RecordedRequest",
     "Response",
     "ScriptedHTTPServer",
     "TLSFiles",
+    "forwarding_proxy",
     "free_port",
     "html_response",
     "json_response",
@@ -371,6 +375,42 @@ def _make_request_handler(server: ScriptedHTTPServer) -> type[BaseHTTPRequestHan
             self._handle()
 
     return _Handler
+
+
+Forward = Callable[[], Response]
+"""Sends the request being answered on to the upstream and returns its answer."""
+
+
+def forwarding_proxy(
+    upstream: str, answer: Callable[[RecordedRequest, Forward], Response] | None = None
+) -> ScriptedHTTPServer:
+    """A real HTTP reverse proxy in front of ``upstream`` (e.g. a real Prometheus): each request is answered by
+    ``answer(request, forward)``, which may answer itself, forward it, or change what the upstream answered (a gateway
+    that adds paths, a store that lies); by default forwarded as is. Records every request, as any scripted server."""
+    local = threading.local()  # a session per handler thread: concurrent requests go out concurrently
+
+    def forwarded(request: RecordedRequest) -> Response:
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = requests.Session()
+        reply = session.request(
+            request.method,
+            upstream + request.path,
+            params=request.query,
+            data=request.body or None,
+            headers={"Content-Type": request.headers.get("content-type", "")} if request.body else None,
+            timeout=60,
+        )
+        return Response(
+            status=reply.status_code,
+            body=reply.content,
+            headers={"Content-Type": reply.headers.get("Content-Type", "application/json")},
+        )
+
+    if answer is None:
+        return ScriptedHTTPServer(forwarded)
+    respond = answer
+    return ScriptedHTTPServer(lambda request: respond(request, lambda: forwarded(request)))
 
 
 def sequence(*responses: Response) -> Handler:

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge import Bridge
 from otel_bridge.producers.statistics import quantile_bounds
 from otel_bridge.prometheus.promql import duration
 from tests.conftest import Replica
-from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+from tests.helpers.http_servers import forwarding_proxy
 from tests.helpers.metric_sets import TWENTY_METRICS
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -188,35 +187,13 @@ def test_promql_and_scrape_paths_agree_with_prometheus(
                 assert scalars[key][record["step"]] == pytest.approx(value, rel=1e-6, abs=1e-6), key
 
 
-def counting_proxy(upstream: str) -> ScriptedHTTPServer:
-    """A real HTTP proxy in front of Prometheus that records every request reaching it."""
-    session = requests.Session()
-
-    def forward(request: RecordedRequest) -> Response:
-        answer = session.request(
-            request.method,
-            upstream + request.path,
-            params=request.query,
-            data=request.body or None,
-            headers={"Content-Type": request.headers.get("content-type", "")} if request.body else None,
-            timeout=30,
-        )
-        return Response(
-            status=answer.status_code,
-            body=answer.content,
-            headers={"Content-Type": answer.headers.get("Content-Type", "application/json")},
-        )
-
-    return ScriptedHTTPServer(forward)
-
-
 @pytest.mark.integration
 def test_twenty_metrics_cost_at_most_two_requests_per_step(
     tmp_path: Path, replicas: list[Replica], prometheus: PrometheusServer
 ) -> None:
     assert len(TWENTY_METRICS) == 20
     steps = 3
-    with counting_proxy(prometheus.url) as proxy:
+    with forwarding_proxy(prometheus.url) as proxy:
         config = {
             "prometheus": {"url": proxy.url, "scrape_interval_s": 1.0},
             "metrics": TWENTY_METRICS,

@@ -31,6 +31,23 @@ def shipped_rules() -> dict[str, Any]:
     return rules
 
 
+def started_with(
+    tmp_path: Path, replicas: list[Replica], rules: dict[str, Any], version: str, caplog: pytest.LogCaptureFixture
+) -> PromQLProducer:
+    """A producer for the ``vllm`` preset started (then closed) against a real Prometheus running ``rules``, its
+    logs captured from INFO on."""
+    targets = [r.hostport for r in replicas]
+    with PrometheusServer(tmp_path / "prom", targets, rules=rules, version=version) as prometheus:
+        prometheus.wait_for_samples("vllm:generation_tokens_total")
+        producer = PromQLProducer(
+            connect(PrometheusConfig(url=prometheus.url)), resolve_metrics([MetricConfig(preset="vllm")])
+        )
+        with caplog.at_level(logging.INFO, logger="otel_bridge"):
+            producer.start()
+        producer.close()
+    return producer
+
+
 def test_prometheus_runs_the_shipped_rules_as_the_bridge_expects_them(
     tmp_path: Path, replicas: list[Replica], prometheus_version: str
 ) -> None:
@@ -57,19 +74,26 @@ def test_a_changed_rule_is_named_and_its_metric_read_raw(
     rules = shipped_rules()
     changed = rules["groups"][0]["rules"][0]
     changed["expr"] = changed["expr"].replace("[5m]", "[10m]")
-    with PrometheusServer(
-        tmp_path / "prom", [r.hostport for r in replicas], rules=rules, version=prometheus_version
-    ) as prometheus:
-        prometheus.wait_for_samples("vllm:generation_tokens_total")
-        producer = PromQLProducer(
-            connect(PrometheusConfig(url=prometheus.url)), resolve_metrics([MetricConfig(preset="vllm")])
-        )
-        with caplog.at_level(logging.INFO, logger="otel_bridge"):
-            producer.start()
-        producer.close()
+    producer = started_with(tmp_path, replicas, rules, prometheus_version, caplog)
     assert producer.rules is not None
     assert 0 not in producer.rules.records  # vllm:generation_tokens_total, the changed rule's metric
     assert changed["record"] in caplog.text
+
+
+def test_a_group_whose_rules_add_labels_is_not_the_bridges(
+    tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture, prometheus_version: str
+) -> None:
+    """Issue 37 finding 2: the same expressions with an ``instance`` label added to the per-target rules record other
+    series (every target's under one instance): read as the bridge's, the first steps had no delta and a restart step
+    -767. A group whose rules differ in anything that changes their series is not the bridge's: read raw, said."""
+    rules = shipped_rules()
+    for rule in rules["groups"][0]["rules"]:
+        if rule["record"] in ("otel_bridge:target:present_5m", "otel_bridge:target:counted_5m"):
+            rule["labels"] = {"instance": "gateway:9090"}
+    producer = started_with(tmp_path, replicas, rules, prometheus_version, caplog)
+    assert producer.rules is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("otel_bridge:target:present_5m" in w and "labels" in w for w in warnings), caplog.text
 
 
 def test_required_rules_missing_is_a_start_up_error_naming_the_key(

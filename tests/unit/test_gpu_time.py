@@ -100,7 +100,10 @@ def test_the_promql_plan_asks_prometheus_for_the_same_idle_seconds() -> None:
     plan = WindowPlan([UTIL], WINDOW, increase_queries=[], pad_s=2.0, closing_s=0.0, report_down=False)
     expr = plan.expression
     assert expr is not None
-    assert "sum (10.0 * (1 - avg_over_time(DCGM_FI_DEV_GPU_UTIL[10s]) / 100.0))" in expr
+    # a GPU with a value outside [0, 100] in the window is left out, and counted, as compute_stats does
+    out_of_range = "(max_over_time(DCGM_FI_DEV_GPU_UTIL[10s]) > 100.0 or min_over_time(DCGM_FI_DEV_GPU_UTIL[10s]) < 0)"
+    assert f"sum ((10.0 * (1 - avg_over_time(DCGM_FI_DEV_GPU_UTIL[10s]) / 100.0)) unless {out_of_range})" in expr
+    assert f"count ({out_of_range})" in expr
     answer = plan.read(
         QueryResult(
             result_type="vector",
@@ -181,7 +184,9 @@ def test_the_promql_plan_gives_each_series_its_roles_as_the_scrape_path_does() -
     assert expr is not None
 
     def idle(matchers: str) -> str:
-        return f"10.0 * (1 - avg_over_time(DCGM_FI_DEV_GPU_UTIL{{{matchers}}}[10s]) / 100.0)"
+        sel = f"DCGM_FI_DEV_GPU_UTIL{{{matchers}}}[10s]"
+        out_of_range = f"(max_over_time({sel}) > 100.0 or min_over_time({sel}) < 0)"
+        return f"(10.0 * (1 - avg_over_time({sel}) / 100.0)) unless {out_of_range}"
 
     node_a, node_b_gpu0, node_b = 'Hostname="node-a"', 'Hostname="node-b",gpu="0"', 'Hostname="node-b"'
     assert (

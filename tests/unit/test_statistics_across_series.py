@@ -8,7 +8,15 @@ import pytest
 
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.statistics import RawSeries, StatPoint, compute_stats, group_of, histogram_quantile
+from otel_bridge.producers.statistics import (
+    RawSeries,
+    StatPoint,
+    compute_stats,
+    group_of,
+    histogram_quantile,
+    possible_increases,
+    possible_points,
+)
 from otel_bridge.window import StepWindow
 
 W = StepWindow(step=3, start=10.0, end=20.0)
@@ -294,3 +302,33 @@ def test_preset_queries_compute_from_raw_series() -> None:
     assert kv[("max", ())] == pytest.approx(0.7)
     assert kv[("mean", ())] == pytest.approx(0.6)
     assert compute_stats(queries[TTFT], raw, W) is None
+
+
+# --- figures no window can have (a store's wrong answer, issue 37 finding 2) ---
+
+
+def test_a_negative_or_nonfinite_counter_increase_leaves_its_group_out() -> None:
+    query = counter_query(by=("model_name",))
+    increases = {
+        (TOKENS, (("model_name", "a"),)): 40.0,
+        (TOKENS, (("model_name", "b"),)): -1_000_000.0,
+        (TOKENS, (("model_name", "c"),)): math.inf,
+        (TOKENS, (("model_name", "d"),)): math.nan,
+    }
+    kept, wrong = possible_increases(query, increases)
+    assert kept == {(TOKENS, (("model_name", "a"),)): 40.0}
+    assert wrong == 3
+
+
+def test_a_histograms_sum_may_fall_but_a_bucket_may_not() -> None:
+    query = MetricQuery(key_name=TTFT, name=TTFT, kind="histogram", stats=("p99",))
+    bucket, total, count = query.series_names()
+    falling_sum = {(bucket, (("le", "1"),)): 2.0, (total, ()): -0.5, (count, ()): 2.0}
+    assert possible_increases(query, falling_sum) == (falling_sum, 0)
+    falling_bucket = {(bucket, (("le", "1"),)): -2.0, (bucket, (("le", "+Inf"),)): 2.0, (total, ()): 1.0}
+    assert possible_increases(query, falling_bucket) == ({}, 1)
+
+
+def test_negative_idle_seconds_are_left_out() -> None:
+    points = [StatPoint("idle_seconds", (), -49.0), StatPoint("idle_seconds", (), 3.0), StatPoint("max", (), -1.0)]
+    assert possible_points(points) == ([points[1], points[2]], 1)

@@ -91,6 +91,7 @@ class Part:
         "down",
         "unread",
         "present",
+        "impossible",
         "source",
     ]
     index: int = -1
@@ -115,6 +116,9 @@ class WindowAnswer:
     rule_times: dict[str, float] = field(default_factory=dict)
     """``{"start": t_rs, "end": t_re}``: the rule evaluations that stood for the boundaries (the recording rules'
     window source fills it in)."""
+    impossible: dict[int, int] = field(default_factory=dict)
+    """Per gauge query with a ``full_scale``: how many of its series had a value outside ``[0, full_scale]`` in the
+    window and were left out of its statistics (the plan's ``impossible`` part)."""
 
 
 class CounterParts(Protocol):
@@ -245,8 +249,12 @@ class WindowPlan:
         stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
         name = query.name
         aggregate = _AGGREGATE[query.agg] + (f" by ({', '.join(query.by)})" if query.by else "")
+        full_scale = query.full_scale
+        if full_scale is not None and stats:
+            impossible = functools.partial(_out_of_range, length=length, full_scale=full_scale)
+            self.add(f"{index}/impossible", Part("impossible", index), f"count ({roled(query, name, impossible)})")
         for stat in stats:
-            per_series = functools.partial(
+            per_series: Callable[[str], str] = functools.partial(
                 _over_window,
                 stat,
                 length=length,
@@ -254,6 +262,8 @@ class WindowPlan:
                 full_scale=query.idle_scale,
                 held_at=promql.duration(self.pad_s / 2.0) if query.busy_at is not None else None,
             )
+            if full_scale is not None:
+                per_series = functools.partial(_possible, per_series, length=length, full_scale=full_scale)
             expr = f"{aggregate} ({roled(query, name, per_series)})"
             self.add(f"{index}/{stat}", Part("stat", index, stat=stat), expr)
 
@@ -281,7 +291,10 @@ class WindowPlan:
                 continue
             query = self.queries[part.index]
             answer.answered.add(part.index)
-            if part.kind == "lag":
+            if part.kind == "impossible":
+                if math.isfinite(value) and value > 0:
+                    answer.impossible[part.index] = int(value)
+            elif part.kind == "lag":
                 if not math.isnan(value):
                     answer.lag_s = max(answer.lag_s or 0.0, value)
             elif part.kind == "reread":
@@ -339,6 +352,18 @@ def _over_window(
         values = f"clamp({sel}, 0, {full_scale!r})[{length}:{held_at}]" if held_at else f"{sel}[{length}]"
         return f"{seconds!r} * (1 - avg_over_time({values}) / {full_scale!r})"
     return f"{_OVER_TIME[stat]}({sel}[{length}])"
+
+
+def _out_of_range(sel: str, *, length: str, full_scale: float) -> str:
+    """The series of ``sel`` with a value outside ``[0, full_scale]`` in the window ``[length]`` (no device reads a
+    utilization of 150 or -50), as :func:`~otel_bridge.producers.statistics.out_of_range` finds them."""
+    return f"(max_over_time({sel}[{length}]) > {full_scale!r} or min_over_time({sel}[{length}]) < 0)"
+
+
+def _possible(per_series: Callable[[str], str], sel: str, *, length: str, full_scale: float) -> str:
+    """``per_series`` of the series of ``sel`` without those :func:`_out_of_range` finds: left out of the window's
+    statistics, as :func:`~otel_bridge.producers.statistics.compute_stats` leaves them out."""
+    return f"({per_series(sel)}) unless {_out_of_range(sel, length=length, full_scale=full_scale)}"
 
 
 def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:

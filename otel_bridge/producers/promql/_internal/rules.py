@@ -24,16 +24,17 @@ exactness: a boundary lags by up to one rule interval more than with raw samples
 are stored late (reported in ``otel_bridge/boundary_lag_s``).
 
 ``otel-bridge prometheus-rules`` writes this group for a config; the bridge checks at start-up that Prometheus runs
-it unchanged (same record names and expressions) and otherwise reads raw samples and says why.
+it unchanged (same record names and expressions, no labels added) and otherwise reads raw samples and says why.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
@@ -163,11 +164,23 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
     """Which counting queries Prometheus' loaded rule ``groups`` serve, or ``None`` and the reason they cannot.
 
     The rules must sit in one group named :data:`GROUP` (one evaluation timestamp for all), with the expressions
-    :func:`rules_for` writes; queries whose rules are missing or differ are read from raw samples.
+    :func:`rules_for` writes; queries whose rules are missing or differ are read from raw samples. A group of that
+    name whose rules add ``labels`` records other series than the bridge's (an ``instance`` label on the per-target
+    rules folds every target into one) under the same names: it is not the bridge's, as if it were missing.
     """
     group = next((g for g in groups if g.get("name") == GROUP), None)
     if group is None:
         return None, f"Prometheus has no rule group {GROUP!r}"
+    labelled = [
+        f"{r.get('name')} adds labels {r.get('labels')}"
+        for r in group.get("rules") or []
+        if isinstance(r, dict) and r.get("labels")
+    ]
+    if labelled:
+        return None, (
+            f"rule group {GROUP!r} is not otel-bridge's: {'; '.join(labelled)}, so its series are not the ones the "
+            "bridge reads"
+        )
     loaded = {str(r.get("name")): r for r in group.get("rules") or [] if isinstance(r, dict)}
     problems: list[str] = []
 
@@ -193,12 +206,19 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
             if all([usable(rule) for rule in rules]):
                 records[index] = tuple(rule.record for rule in rules)
     interval = group.get("interval")
-    evaluation = group.get("evaluationTime")
-    if not records or not isinstance(interval, int | float) or interval <= 0:
-        return None, "; ".join(problems) or f"rule group {GROUP!r} has no usable interval"
-    return RuleSet(
-        records, float(interval), float(evaluation) if isinstance(evaluation, int | float) else 0.0
-    ), "; ".join(problems)
+    evaluation = group.get("evaluationTime", 0.0)
+    if not _seconds(interval) or interval <= 0:
+        return None, f"rule group {GROUP!r} has no usable interval ({interval!r} is not a number of seconds above 0)"
+    if not _seconds(evaluation) or evaluation < 0:
+        return None, f"rule group {GROUP!r} has no usable evaluationTime ({evaluation!r} is not a number of seconds)"
+    if not records:
+        return None, "; ".join(problems)
+    return RuleSet(records, float(interval), float(evaluation)), "; ".join(problems)
+
+
+def _seconds(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` from ``/api/v1/rules`` is a finite number (not a bool: JSON ``true`` is no duration)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def rules_in_use(
@@ -221,6 +241,13 @@ def rules_in_use(
         )
     if uncovered and ruleset is not None:
         _log.info("recording rules not used for %s: %s", ", ".join(uncovered), problems)
+    elif ruleset is None and any(g.get("name") == GROUP for g in groups):
+        _log.warning(
+            "Prometheus runs a rule group %r that otel-bridge cannot read (%s): each step sums the raw series; "
+            "replace the group with the file `otel-bridge prometheus-rules --config <your config>` writes, unchanged",
+            GROUP,
+            problems,
+        )
     elif ruleset is None:
         _log.info(
             "otel-bridge's recording rules are not loaded in Prometheus (%s): each step sums the raw series "

@@ -5,7 +5,9 @@ Mimir and VictoriaMetrics answer ``/api/v1/status/buildinfo`` with a Prometheus 
 
 - ``/api/v1/status/buildinfo``: the version; Grafana Mimir adds ``"application": "Grafana Mimir"``;
 - ``/flags``: VictoriaMetrics lists its command-line flags there (``-search.maxQueryLen``, ...), Prometheus serves its
-  web UI;
+  web UI; a gateway in front of a store may answer it too, so the claim is confirmed by behaviour: VictoriaMetrics is
+  the store that evaluates MetricsQL (a ``WITH`` template, which PromQL has not), and a disagreement is a WARNING at
+  start-up;
 - ``/api/v1/features`` (Prometheus 3.9 and later): ``promql.anchored`` and the rest of what it supports;
 - probe queries over a name no series has (they cost nothing), for what a store does not list: an ``anchored`` range
   selector (Prometheus 3.7 and later, always on since 3.x with ``/api/v1/features``), a quoted UTF-8 metric name
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from otel_bridge.errors import PrometheusAPIError, PrometheusResponseError
@@ -99,6 +101,14 @@ def detect_store(client: PrometheusClient) -> Store:
     info = _optional(client.buildinfo) or {}
     version = str(info.get("version", ""))
     flags = client.flags()
+    disagreement: tuple[str, ...] = ()
+    if flags is not None and not _parses(client, _metricsql_only):
+        disagreement = (
+            "/flags answers with a list of flags, as VictoriaMetrics does, but the store does not evaluate MetricsQL: "
+            "something in front of it (a gateway, a proxy) answers that path; taken for what its answers say it is",
+        )
+        _log.warning("%s: %s", client.url, disagreement[0])
+        flags = None
     if flags is not None:
         store = _victoria_metrics(client, flags)
     else:
@@ -123,6 +133,8 @@ def detect_store(client: PrometheusClient) -> Store:
                 increase="anchored" if _promql_feature(features, "anchored") or _parses(client, _anchored) else None,
                 utf8_names=_parses(client, _utf8_name),
             )
+    if disagreement:  # said by doctor too
+        store = replace(store, notes=(*store.notes, *disagreement))
     _log.info(
         "%s at %s: window increases by %s, UTF-8 metric names %s",
         store.name,
@@ -166,6 +178,10 @@ def _anchored() -> str:
 
 def _metricsql_increase() -> str:
     return f"increase({_PROBE_NAME}[1m] @ 0)"
+
+
+def _metricsql_only() -> str:
+    return f"WITH (otel_bridge_probe = {_PROBE_NAME}) otel_bridge_probe"
 
 
 def _utf8_name() -> str:

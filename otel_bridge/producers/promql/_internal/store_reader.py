@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.errors import PrometheusError
-from otel_bridge.health import QUERY_ERRORS, QUERY_WARNINGS, SCRAPE_ERRORS, TARGETS_DOWN, Health
+from otel_bridge.health import ANSWER_ERRORS, QUERY_ERRORS, QUERY_WARNINGS, SCRAPE_ERRORS, TARGETS_DOWN, Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.plan import (
     REREAD_LOOKBACK_S,
@@ -29,7 +29,14 @@ from otel_bridge.producers.promql._internal.plan import (
 )
 from otel_bridge.producers.promql._internal.setup import Setup
 from otel_bridge.producers.promql._internal.targets import ServingTargets
-from otel_bridge.producers.statistics import RawSeries, stats_from_increases, to_metric
+from otel_bridge.producers.statistics import (
+    ImpossibleValues,
+    RawSeries,
+    possible_increases,
+    possible_points,
+    stats_from_increases,
+    to_metric,
+)
 from otel_bridge.producers.window_report import MissingMetric, UnreadTarget, WindowReport, WindowReporter
 from otel_bridge.producers.window_source import WindowReading
 from otel_bridge.prometheus import promql
@@ -82,6 +89,7 @@ class StoreReader:
         self._scrapes_name_members = scrapes_name_members
         self._down_keys: set[str] = set()  # instances with a scrape_errors key from Prometheus' ``up``
         self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
+        self._impossible = ImpossibleValues(health, warn)
 
     # -- before asking ---------------------------------------------------------------------------------------------
 
@@ -204,12 +212,17 @@ class StoreReader:
         self._report_targets(answer, plan, said=new)
         metrics: list[Metric] = []
         report = WindowReport(window, "Prometheus", lag_s=answer.lag_s or 0.0, unread=unread)
+        for index, series in sorted(answer.impossible.items()):
+            self._impossible(self.queries[index], series, window)
         for index in sorted(answer.answered):
             query = self.queries[index]
             if index in answer.increases or index in answer.reread:
-                points = stats_from_increases(query, answer.increases.get(index, {}), window)
+                increases, wrong = possible_increases(query, answer.increases.get(index, {}))
+                points = stats_from_increases(query, increases, window)
             else:
-                points = answer.points.get(index, [])
+                points, wrong = possible_points(answer.points.get(index, []))
+            if wrong:
+                self._answer_error(query, wrong, window)
             if points:
                 metrics.append(to_metric(query, report.within_bounds(query, points), window))
         interval_s = self.setup.schedule.interval_s
@@ -230,6 +243,25 @@ class StoreReader:
             else:
                 missing.append(MissingMetric(query, "Prometheus returned no series for it"))
         return WindowReading(metrics, report)
+
+    def _answer_error(self, query: MetricQuery, groups: int, window: StepWindow) -> None:
+        """The store answered figures no window can have for ``groups`` label groups of ``query`` (a negative or
+        non-finite counter increase, negative idle seconds): a wrong answer, not a value. They are left out of the
+        step (never fabricated), counted in ``otel_bridge/answer_errors{metric}`` and named in a WARNING
+        (rate-limited)."""
+        self._health.count(ANSWER_ERRORS, float(groups), labels={"metric": query.key_name})
+        self.warn.warning(
+            f"answer-error:{query.key_name}",
+            "step %d: prometheus.url (%s) answered figures no window can have for %d label group(s) of metric %s "
+            "(%s): a negative or non-finite increase of a counter, or negative idle seconds; they are left out of "
+            "the step, counted in %s; the store's answers are wrong: check its version and what sits in front of it",
+            window.step,
+            self.setup.store.name,
+            groups,
+            query.key_name,
+            query.entry,
+            ANSWER_ERRORS,
+        )
 
     def _report_targets(self, answer: WindowAnswer, plan: WindowPlan, *, said: set[str]) -> None:
         """Prometheus' failed scrapes as health keys and warnings (not for the instances ``said``: newly unread, the

@@ -33,6 +33,7 @@ from otel_bridge.producers.promql._internal.plan import (
 from otel_bridge.producers.promql._internal.rules import (
     AGE,
     COUNTED,
+    GROUP,
     LOOKBACK_S,
     PRESENT,
     RESETS,
@@ -66,6 +67,8 @@ class RecordingRulesSource:
         self.rules = rules
         self._rest = unruled(rules, rest)
         self._ends: dict[float, float] = {}  # window end -> the rule evaluation that stood for it (the latest few)
+        self._raw = samples.SamplesSource(reader, counting, counters=rest)
+        self._stopped = False  # the rules' evaluations stopped (their group removed): every window is read raw
 
     @property
     def counting(self) -> list[int]:
@@ -75,16 +78,38 @@ class RecordingRulesSource:
     def read(self, window: StepWindow, budget: ReadBudget) -> WindowReading:
         """Wait for the evaluations standing for the window's boundaries, ask the union at them, reconcile the
         re-read targets as far as the evaluations had their samples."""
+        if self._stopped:
+            return self._raw.read(window, budget)
         reader = self._reader
         plan = reader.plan(window, self._counting, closing_s=self._closing_s(), counters=self._rest)
         ruled = RuledWindow(plan, self.rules)
         schedule = reader.setup.schedule
-        reader.wait_until_stored(plan.close_at, max(schedule.storing_delay_s, 2.0 * self.rules.evaluation_s))
+        # As long as an evaluation takes (twice: the one running at the end, then one after it), within the rule
+        # intervals a boundary is waited for at most: a group claiming an evaluation of 1e9 s must not hold each step.
+        storing = min(2.0 * self.rules.evaluation_s, _RULES_WAIT_INTERVALS * self.rules.interval_s)
+        reader.wait_until_stored(plan.close_at, max(schedule.storing_delay_s, storing))
         if ruled.ruled:
-            ruled.at_rule_evaluations(self._rule_evaluations(ruled, budget.waits_until))
+            times = self._rule_evaluations(ruled, budget.waits_until)
+            if "latest" not in times and not reader.closed.is_set():
+                return self._stop(window, budget)
+            ruled.at_rule_evaluations(times)
         answer = reader.ask(plan, ruled.read)
         reader.reread(plan, answer, functools.partial(self._reconcile, ruled))
         return reader.reading(plan, answer)
+
+    def _stop(self, window: StepWindow, budget: ReadBudget) -> WindowReading:
+        """No evaluation of the rules is stored any more, within Prometheus' lookback and the wait for one (their
+        group was removed or its rules' series dropped): this window and every later one are read from the raw
+        series, as without rules, and a WARNING says so once."""
+        self._stopped = True
+        self._reader.warn.warning(
+            "rules-stopped",
+            "step %s: Prometheus stores no evaluation of otel-bridge's recording rules any more (the group %r was "
+            "removed or stopped): this and later steps sum the raw series; restart the run to read the rules again",
+            window.step,
+            GROUP,
+        )
+        return self._raw.read(window, budget)
 
     def on_boundary(self, t: float) -> None:
         """Nothing to do: Prometheus evaluates the rules on its own schedule."""

@@ -96,7 +96,10 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     for record in records:
         assert record["otel_bridge/missing_metrics"] == 0.0
-        assert record["rollout/vllm/generation_tokens_total/delta"] > 0
+        # Each step of 1 s holds some of the servers' ~10 requests a second, unless its boundaries' readings came
+        # over a second late (boundary_lag_s): then the start and end share one reading, honestly, and it says so.
+        lag = record.get("otel_bridge/boundary_lag_s")
+        assert record["rollout/vllm/generation_tokens_total/delta"] > 0, f"step {record['step']}: lag {lag} s"
 
     per_step, example = record_example()
     (shown,) = [r for r in records if r["step"] == example["step"]]

@@ -4,7 +4,8 @@ its thread pays at each call while the bridge reads those answers: shared by tes
 
 :class:`LargeStore` is a Prometheus-compatible store on loopback (:class:`ScriptedHTTPServer`): start-up answers
 are empty, the window's union (a query naming ``otel_bridge_q``) is answered with ``series`` series of the gauge's
-query, one per pod, each at :data:`VALUE`; the answer's bytes are built once per size and kept.
+query (read ``by: [pod]``: a label with as many values as a large cluster has), one per pod, each at
+:data:`VALUE`; the answer's bytes are built once per size and kept.
 :func:`busy_training` runs steps whose training thread stays busy (call after call) while each step's record is read.
 """
 
@@ -22,8 +23,10 @@ from otel_bridge import Bridge
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer, json_response, prom_success
 
 GAUGE = "vllm:num_requests_running"
-KEY = "rollout/vllm/num_requests_running/max"
-METRICS = [{"name": GAUGE, "type": "gauge", "stats": ["max"]}]
+KEY = "rollout/vllm/num_requests_running/max/pod.p0000000"
+"""The first pod's key: the metric is read ``by: [pod]``, its groups beyond ``max_groups`` folded in the reduction."""
+DROPPED = "otel_bridge/groups_dropped/metric.vllm_num_requests_running"
+METRICS = [{"name": GAUGE, "type": "gauge", "stats": ["max"], "by": ["pod"]}]
 VALUE = 3.0
 RAISED_CAPS = {"max_series": 2_000_000, "max_samples": 3_000_000, "max_response_bytes": 200_000_000}
 """The ``prometheus`` caps a user with a large cluster raises to (the largest the issue's figures used)."""

@@ -27,6 +27,7 @@ SUITES = {
     "promql-scale": "bench.suite_promql_scale",
     "phases": "bench.suite_phases",
     "gpu-scale": "bench.suite_gpu_scale",
+    "large-answers": "bench.suite_large_answers",
 }
 
 

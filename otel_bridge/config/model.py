@@ -296,6 +296,13 @@ class PrometheusConfig(_Model):
     )
     auth: AuthConfig = AuthConfig()
     tls: TLSConfig = TLSConfig()
+    isolation: Literal["process", "thread"] = Field(
+        "process",
+        description=(
+            "process: query, decode and reduce the store's answers in a child process, off the trainer's interpreter "
+            "lock (same records); thread: in-process."
+        ),
+    )
 
     @field_validator("url")
     @classmethod

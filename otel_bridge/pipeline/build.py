@@ -10,6 +10,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.discovery import RolloutServers, ray_service_discovery_targets, rollout_targets
@@ -21,7 +22,7 @@ from otel_bridge.http.credentials import tls_arguments
 from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.base import MetricProducer
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql import PromQLProducer, connect
+from otel_bridge.producers.promql import PromQLProcess, PromQLProducer, connect
 from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer, Scraper, WatchedScraper
 
 _log = logging.getLogger(__name__)
@@ -42,28 +43,41 @@ def build_producers(
     return [_scrape_producer(config, health, queries, rollout_servers)]
 
 
-def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQuery]) -> PromQLProducer:
+def _promql_producer(
+    config: BridgeConfig, health: Health, queries: list[MetricQuery]
+) -> PromQLProducer | PromQLProcess:
+    """The PromQL path: in a child process unless ``prometheus.isolation`` is ``thread``. The URL (``auto`` resolved),
+    credentials and TLS files are checked here either way, so a bad section fails at start-up in this process."""
     prom = config.prometheus
     assert prom.url is not None
     client = connect(prom)
-
     tls = scrape_tls(config) if prom.boundary != "samples" else None  # checked now: a bad scrape.tls fails at start
+    options: dict[str, Any] = {
+        "scrape_interval_s": prom.scrape_interval_s,
+        "boundary": prom.boundary,
+        "boundary_max_targets": prom.boundary_max_targets,
+        "recording_rules": prom.recording_rules,
+        "refresh_interval_s": config.scrape.refresh_interval_s,
+        "warn_interval_s": config.delivery.warn_interval_s,
+    }
+    if prom.isolation == "process":
+        url = client.url
+        client.close()
+        scrapes = None if tls is None else _boundary_scrape_options(config, tls)
+        return PromQLProcess(
+            prom,
+            url,
+            queries,
+            health=health,
+            boundary_scrapes=scrapes,
+            produce_timeout_s=config.delivery.produce_timeout_s,
+            **options,
+        )
 
     def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> Scraper:
         return scrape_producer(config, health, urls, counting, discovered=False, tls=tls)
 
-    return PromQLProducer(
-        client,
-        queries,
-        scrape_interval_s=prom.scrape_interval_s,
-        boundary=prom.boundary,
-        boundary_max_targets=prom.boundary_max_targets,
-        recording_rules=prom.recording_rules,
-        boundary_scraper=boundary_scraper,
-        refresh_interval_s=config.scrape.refresh_interval_s,
-        health=health,
-        warn_interval_s=config.delivery.warn_interval_s,
-    )
+    return PromQLProducer(client, queries, boundary_scraper=boundary_scraper, health=health, **options)
 
 
 TLSArguments = tuple[bool | str, tuple[str, str] | str | None]
@@ -101,18 +115,22 @@ def scrape_producer(
 ) -> Scraper:
     """A :class:`ScrapeProducer` reading ``targets`` with the ``scrape`` section's transport (:func:`scrape_transport`)
     and caps, in a child process unless ``scrape.isolation`` is ``thread``."""
-    scrape = config.scrape
-    return (ScrapeProcess if scrape.isolation == "process" else ScrapeProducer)(
-        targets,
-        queries,
-        health=health,
-        discovered=discovered,
-        transport=scrape_transport(config, tls),
-        sample_interval_s=scrape.sample_interval_s,
-        max_series=scrape.max_series,
-        produce_timeout_s=config.delivery.produce_timeout_s,
-        warn_interval_s=config.delivery.warn_interval_s,
+    return (ScrapeProcess if config.scrape.isolation == "process" else ScrapeProducer)(
+        targets, queries, health=health, discovered=discovered, **_boundary_scrape_options(config, tls)
     )
+
+
+def _boundary_scrape_options(config: BridgeConfig, tls: TLSArguments | None) -> dict[str, Any]:
+    """A scrape producer's options from the ``scrape`` and ``delivery`` sections (picklable: a PromQL child builds its
+    boundary scrapes with them)."""
+    scrape = config.scrape
+    return {
+        "transport": scrape_transport(config, tls),
+        "sample_interval_s": scrape.sample_interval_s,
+        "max_series": scrape.max_series,
+        "produce_timeout_s": config.delivery.produce_timeout_s,
+        "warn_interval_s": config.delivery.warn_interval_s,
+    }
 
 
 def _scrape_producer(

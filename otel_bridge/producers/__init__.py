@@ -13,7 +13,7 @@
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle, infra_scope, metrics_of
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
-from otel_bridge.producers.promql import PromQLProducer
+from otel_bridge.producers.promql import PromQLProcess, PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer
 from otel_bridge.producers.statistics import RawSeries, StatPoint, compute_stats, histogram_statistic
 from otel_bridge.producers.window_report import WindowReport, WindowReporter
@@ -25,6 +25,7 @@ __all__ = [
     "MetricProducer",
     "MetricQuery",
     "ProducerLifecycle",
+    "PromQLProcess",
     "PromQLProducer",
     "RawSeries",
     "ReadBudget",

@@ -30,7 +30,7 @@ pytestmark = [
 ]
 
 GAUGE_KEY = "rollout/vllm/num_requests_running/last"
-PRODUCE_FAILED = "PromQLProducer failed"
+PRODUCE_FAILED = "PromQLProcess failed"  # the PromQL path in its child process (prometheus.isolation: process)
 
 
 def prom_config(tmp_path: Path, url: str, name: str, *, startup: str = "strict", **prometheus: Any) -> dict[str, Any]:

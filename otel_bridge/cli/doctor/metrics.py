@@ -198,11 +198,11 @@ def read_one_step(context: DoctorContext, config: BridgeConfig, url: str | None)
 def _settle_boundaries(context: DoctorContext, producers: Sequence[object]) -> None:
     """The ``step boundaries`` warning under ``prometheus.boundary: auto`` passes when the run's producer, started,
     observes the boundaries by its own scrapes of the targets (their counters are then exact)."""
-    from otel_bridge.producers.promql import PromQLProducer
+    from otel_bridge.producers.promql import PromQLProcess, PromQLProducer
 
     if context.boundary_detail is None:
         return
-    if any(isinstance(p, PromQLProducer) and p.boundary == "scrape" for p in producers):
+    if any(isinstance(p, (PromQLProducer, PromQLProcess)) and p.boundary == "scrape" for p in producers):
         context.settle(
             "step boundaries",
             "pass",

@@ -1,7 +1,8 @@
 """The PromQL wing: window statistics read from a Prometheus-compatible store's HTTP API (docs/architecture.md, One
 step, and The PromQL wing).
 
-The face: :class:`PromQLProducer`; a client for the ``prometheus`` config section (:func:`connect`,
+The face: :class:`PromQLProducer` (in this process) and :class:`PromQLProcess` (the same in a child process,
+``prometheus.isolation: process``, the default); a client for the ``prometheus`` config section (:func:`connect`,
 :func:`client_for`); which store it is (:class:`Store`, :func:`detect_store`); otel-bridge's recording rules
 (:func:`rules_for`, :func:`rules_document`, :func:`find_rules`, :func:`counting`, :data:`PRESENT`); the start-up check
 of configured names (:func:`check_names`). Everything under ``_internal`` is private.
@@ -11,10 +12,12 @@ from otel_bridge.producers.promql._internal.checks import check_names
 from otel_bridge.producers.promql._internal.connect import client_for, connect
 from otel_bridge.producers.promql._internal.rules import PRESENT, counting, find_rules, rules_document, rules_for
 from otel_bridge.producers.promql._internal.store import Store, detect_store
+from otel_bridge.producers.promql.process import PromQLProcess
 from otel_bridge.producers.promql.producer import PromQLProducer
 
 __all__ = [
     "PRESENT",
+    "PromQLProcess",
     "PromQLProducer",
     "Store",
     "check_names",

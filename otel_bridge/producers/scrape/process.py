@@ -1,57 +1,26 @@
 """ScrapeProcess: the scrape path with its work in a child process (``scrape.isolation: process``, the default).
 
 Scraping is the one part of the bridge whose CPU grows with the cluster: every target's page is read and parsed at
-each boundary and every ``sample_interval_s``. In the trainer's process that work holds the interpreter lock beside the
-training loop and allocates what the trainer's garbage collections then walk: with 64 vLLM endpoints the training
-thread's p99 step time was 46x its median. Here a :class:`~otel_bridge.producers.scrape.ScrapeProducer` runs in a
-child (:mod:`otel_bridge.producers.scrape.child`) and the trainer's process only sends boundary times and
-receives each window's statistics, so its cost per step is in proportion to the configured metrics, not to the targets.
-
-The records are the same as the in-process producer's (``scrape.isolation: thread``); the child's log records go to
-this process' loggers of the same names and its health updates to this process' :class:`Health`. A child that dies is
-reported (an error logged once, each later step's infrastructure marked missing), never silent.
-
-The child never outlives this process: it is started by the thread that reads its answers (which lives exactly as long
-as the child is wanted) and asks Linux to SIGKILL it when that thread ends (``PR_SET_PDEATHSIG``: a stopped child is
-killed too, and a forked worker holding copies of the pipes keeps nothing alive); it also watches its parent's pid.
-A copy of this object in a forked process (a data-loader worker) cannot reach the child: at the fork its ends of the
-pipes are pointed at ``/dev/null`` and every call there answers as if the child were gone. :meth:`ScrapeProcess.close`
-kills, by its pid, a child that does not answer.
+each boundary and every ``sample_interval_s``. Here a :class:`~otel_bridge.producers.scrape.ScrapeProducer` runs in
+the child :mod:`otel_bridge.producers.scrape.child`, through the machinery both wings share
+(:class:`~otel_bridge.producers.isolation.ProducerProcess`: the child's lifetime, logs, health and what a child that
+dies means), and the trainer's process only sends boundary times and receives each window's statistics.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import logging
-import os
-import queue
-import subprocess
-import sys
-import threading
-import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from pathlib import Path
 from typing import Any, Protocol
 
 from opentelemetry.sdk.metrics.export import ScopeMetrics
 
-from otel_bridge.errors import ConfigError, ScrapeError
+from otel_bridge.errors import ScrapeError
 from otel_bridge.health import Health
-from otel_bridge.producers.base import infra_scope
+from otel_bridge.producers.isolation import ANSWER_MARGIN_S, ChildKind, IsolatedProducer
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.scrape._internal.frames import PARENT_ENV, FrameWriter, read_frame
 from otel_bridge.window import StepWindow
 
-_log = logging.getLogger(__name__)
-_CHILD_MODULE = "otel_bridge.producers.scrape.child"
-_ANSWER_MARGIN_S = 10.0  # beyond the child's own deadline for a request: its start-up, a loaded machine
-_EXIT_WAIT_S = 5.0
-_FORKED = (
-    "this is a forked copy of the trainer's process (a data-loader worker?): the scrape process belongs to the parent"
-)
+_CHILD = ChildKind("otel_bridge.producers.scrape.child", "the scrape process", "the scrape path", ScrapeError)
 
 
 class Scraper(Protocol):
@@ -87,7 +56,7 @@ class Scraper(Protocol):
         ...
 
 
-class ScrapeProcess:
+class ScrapeProcess(IsolatedProducer):
     """A :class:`~otel_bridge.producers.scrape.ScrapeProducer` in a child process (see the module docstring).
 
     Takes the producer's arguments; ``health`` is this process' :class:`Health`, kept current from the child's.
@@ -103,255 +72,23 @@ class ScrapeProcess:
         start_timeout_s: float = 60.0,
         **options: Any,
     ) -> None:
-        self._health = health or Health()
-        self._queries = list(queries)
-        self._produce_timeout_s = produce_timeout_s
-        self._requests = itertools.count()
-        self._pending: dict[int, Future[Any]] = {}
-        self._lock = threading.Lock()
-        self._gone: str | None = None  # why the child cannot answer any more
-        self._closing = False
-        self._outbox: queue.SimpleQueue[tuple[str, int, Any] | None] = queue.SimpleQueue()
-        self._queued = 0  # messages in the outbox not yet written: a direct write must wait its turn behind them
-        self._order = threading.Lock()
-        self._forked = False
-        started: Future[subprocess.Popen[bytes]] = Future()
-        requests, self._requests_fd = os.pipe()
-        try:
-            self._reader = threading.Thread(
-                target=self._keep, args=(requests, started), name="otel-bridge-scrape-replies", daemon=True
-            )
-            self._reader.start()
-            started.result()  # the reader started the child (see _keep) or failed to
-        except BaseException:
-            os.close(self._requests_fd)
-            raise
-        finally:
-            os.close(requests)
-        assert self._process.stdout is not None
-        self._writer = FrameWriter(self._requests_fd)
-        _LIVE.add(self)
-        self._sender = threading.Thread(target=self._send, name="otel-bridge-scrape-requests", daemon=True)
-        self._sender.start()
-        init = {
-            "targets": list(targets),
-            "queries": self._queries,
-            "produce_timeout_s": produce_timeout_s,
-            "log_levels": {"": logging.getLogger().getEffectiveLevel(), "otel_bridge": _log.getEffectiveLevel()},
-            **options,
-        }
-        try:
-            self._call("init", init, start_timeout_s)
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def pid(self) -> int:
-        """The child's process id."""
-        return self._process.pid
-
-    @property
-    def queries(self) -> list[MetricQuery]:
-        """The resolved queries (types filled in after :meth:`start`)."""
-        return list(self._queries)
+        super().__init__(
+            _CHILD,
+            queries,
+            {"targets": list(targets), **options},
+            health=health,
+            produce_timeout_s=produce_timeout_s,
+            start_timeout_s=start_timeout_s,
+        )
 
     def start(self) -> None:
         """The child scrapes once to resolve metric types, then starts sampling (its start-up errors raise here)."""
-        self._queries = list(self._call("start", None, self._produce_timeout_s + _ANSWER_MARGIN_S))
-
-    def on_boundary(self, t: float) -> None:
-        """Tell the child about a boundary at ``t`` (never blocks, whatever the child does; see :meth:`_post`)."""
-        self._post(("boundary", -1, t))
-
-    def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
-        """The child's statistics for ``window`` (its :class:`ScrapeError` when the boundary scrape did not finish).
-
-        The child sends the metrics alone (an ``InstrumentationScope`` does not pickle); they get their scope here."""
-        payload = (window, timeout_millis)  # the child keeps to the caller's deadline too
-        return infra_scope(self._call("produce", payload, self._produce_timeout_s + _ANSWER_MARGIN_S))
+        self._start([])
 
     def set_targets(self, targets: Sequence[str]) -> None:
         """Scrape these targets from the child's next round on."""
-        self._post(("targets", -1, list(targets)))
+        self._child.post("set_targets", list(targets))
 
     def unanswered(self) -> list[str]:
         """The targets whose latest scrape failed."""
-        return list(self._call("unanswered", None, _ANSWER_MARGIN_S))
-
-    def close(self) -> None:
-        """Close the child's producer, then end the child: killed, by its pid, when it does not answer (stopped,
-        hung) or has not exited in time. A forked copy does nothing: the child is the parent's."""
-        if self._forked:
-            return
-        with self._lock:
-            self._closing = True
-        answered = self._gone is not None
-        if not answered:
-            try:
-                self._call("close", None, _ANSWER_MARGIN_S + 10.0)
-                answered = True
-            except ScrapeError as exc:
-                _log.warning("closing the scrape process (pid %d): %s; killing it", self._process.pid, exc)
-        if not answered:
-            self._process.kill()  # SIGKILL ends a stopped process too
-        self._outbox.put(None)
-        self._sender.join(timeout=_EXIT_WAIT_S)
-        try:
-            self._process.wait(timeout=_EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            _log.warning("the scrape process (pid %d) did not exit; killing it", self._process.pid)
-            self._process.kill()
-            self._process.wait()
-        self._reader.join(timeout=_EXIT_WAIT_S)
-        assert self._process.stdout is not None
-        self._process.stdout.close()
-
-    def _after_fork_in_child(self) -> None:
-        """In a forked copy of this process: point this copy's ends of the pipes at ``/dev/null`` (the child sees
-        nothing from here, and the pipes close when the parent's ends do) and answer every later call as if the
-        child were gone. No lock is taken: another thread of the parent may have held one at the fork."""
-        self._forked = True
-        self._gone = _FORKED
-        self._lock, self._order = threading.Lock(), threading.Lock()
-        self._pending = {}
-        null = os.open(os.devnull, os.O_RDWR)
-        try:
-            assert self._process.stdout is not None
-            for fd in (self._requests_fd, self._process.stdout.fileno()):
-                os.dup2(null, fd, inheritable=False)
-        finally:
-            os.close(null)
-        self._writer.abandon()
-
-    def _call(self, kind: str, payload: Any, timeout_s: float) -> Any:
-        future: Future[Any] = Future()
-        with self._lock:
-            if self._gone is not None:
-                raise ScrapeError(self._gone)
-            request = next(self._requests)
-            self._pending[request] = future
-        # This thread may wait for room in the pipe. OSError: the child is gone, the reader fails the future with why.
-        with contextlib.suppress(OSError):
-            self._writer.send((kind, request, payload))
-        try:
-            ok, value = future.result(timeout=timeout_s)
-        except FutureTimeout:
-            raise ScrapeError(
-                f"the scrape process (pid {self._process.pid}) did not answer {kind} within {timeout_s:.0f}s"
-            ) from None
-        finally:
-            with self._lock:
-                self._pending.pop(request, None)
-        if ok:
-            return value
-        type_name, message = value
-        raise (ConfigError if type_name == "ConfigError" else ScrapeError)(message)
-
-    def _post(self, message: tuple[str, int, Any]) -> None:
-        """Send ``message`` without ever waiting: written at once when the pipe has room and nothing queued earlier
-        is still unwritten (a boundary reaches the child in microseconds, with no other thread to wake), otherwise
-        queued for the sender thread. Messages reach the child in the order they were posted; none from a forked
-        copy."""
-        if self._forked:
-            return
-        with self._order:
-            if self._queued == 0:
-                try:
-                    if self._writer.try_send(message):
-                        return
-                except OSError:  # the child is gone; the reader reports it
-                    return
-            self._queued += 1
-            self._outbox.put(message)
-
-    def _send(self) -> None:
-        while (message := self._outbox.get()) is not None:
-            with contextlib.suppress(OSError):  # the child is gone; the reader reports it
-                self._writer.send(message)
-            with self._order:
-                self._queued -= 1
-        with contextlib.suppress(OSError):
-            self._writer.close()
-
-    def _keep(self, requests: int, started: Future[subprocess.Popen[bytes]]) -> None:
-        """Start the child (from this thread: its ``PR_SET_PDEATHSIG`` fires when this thread ends), then read its
-        answers until it exits."""
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", _CHILD_MODULE], stdin=requests, stdout=subprocess.PIPE, env=_child_environment()
-            )
-        except BaseException as exc:  # noqa: BLE001 - handed to __init__, which raises it
-            started.set_exception(exc)
-            return
-        self._process = process
-        started.set_result(process)
-        assert process.stdout is not None
-        self._read(process.stdout)
-
-    def _read(self, channel: Any) -> None:
-        while (message := read_frame(channel)) is not None:
-            if message[0] == "log":
-                _relay_log(message[1])
-                continue
-            _, request, ok, value, ops = message
-            for op, name, amount, labels in ops:
-                if op == "count":
-                    self._health.count(name, amount, dict(labels))
-                elif op == "set":
-                    self._health.set(name, amount, dict(labels))
-                else:
-                    self._health.forget(name, dict(labels))
-            with self._lock:
-                future = self._pending.get(request)
-            if future is not None and not future.done():
-                future.set_result((ok, value))
-        self._ended()
-
-    def _ended(self) -> None:
-        try:
-            code: int | None = self._process.wait(timeout=_EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            code = None
-        gone = (
-            f"the scrape process (pid {self._process.pid}) exited (code {code}): the scrape path's metrics are "
-            "missing from here on; its standard error says why"
-        )
-        with self._lock:
-            self._gone = gone
-            pending = list(self._pending.values())
-            closing = self._closing
-        if not closing:
-            _log.error("%s", gone)
-        for future in pending:
-            if not future.done():
-                future.set_result((False, ("ScrapeError", gone)))
-
-
-_LIVE: weakref.WeakSet[ScrapeProcess] = weakref.WeakSet()
-
-
-def _forsake_children() -> None:
-    for process in list(_LIVE):
-        process._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forsake_children)
-
-
-def _relay_log(fields: dict[str, Any]) -> None:
-    logger = logging.getLogger(fields["name"])
-    if logger.isEnabledFor(fields["levelno"]):
-        logger.handle(logging.makeLogRecord(fields))
-
-
-def _child_environment() -> dict[str, str]:
-    """This process' environment, with this package importable (wherever it was imported from) and the OTel SDK off
-    in the child: it builds no provider, and auto-instrumentation must not start one there."""
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[__name__.count(".")])  # the folder holding otel_bridge/
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    env["OTEL_SDK_DISABLED"] = "true"
-    env[PARENT_ENV] = str(os.getpid())
-    return env
+        return list(self._child.call("unanswered", None, ANSWER_MARGIN_S))

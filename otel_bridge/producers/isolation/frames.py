@@ -1,5 +1,5 @@
-"""Length-prefixed pickle frames over a pipe: the channel between :mod:`otel_bridge.producers.scrape.process` and the
-child it starts (:mod:`otel_bridge.producers.scrape.child`). Both ends are this package, same version, same
+"""Length-prefixed pickle frames over a pipe: the channel between :mod:`otel_bridge.producers.isolation.parent` and the
+child it starts (:mod:`otel_bridge.producers.isolation.child`). Both ends are this package, same version, same
 interpreter: nothing else writes to these pipes.
 """
 
@@ -13,7 +13,7 @@ import threading
 from typing import IO, Any
 
 _HEADER = struct.Struct("!I")
-PARENT_ENV = "OTEL_BRIDGE_SCRAPE_PARENT"
+PARENT_ENV = "OTEL_BRIDGE_PRODUCER_PARENT"
 """The environment variable holding the child's parent's pid: the child exits when its parent is another."""
 
 

@@ -1,0 +1,42 @@
+"""The PromQL path's child process (``python -m otel_bridge.producers.promql.child``): a
+:class:`~otel_bridge.producers.promql.PromQLProducer` served to its :class:`~otel_bridge.producers.promql.PromQLProcess`
+by :func:`otel_bridge.producers.isolation.serve`. Its boundary scrapes, when the window source uses them, are a
+:class:`~otel_bridge.producers.scrape.ScrapeProducer` here: this process is already off the trainer's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from otel_bridge.config import PrometheusConfig
+from otel_bridge.health import Health
+from otel_bridge.producers.isolation import serve
+from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.connect import client_for
+from otel_bridge.producers.promql.producer import PromQLProducer
+from otel_bridge.producers.scrape import ScrapeProducer, Scraper
+
+
+def build(
+    *,
+    health: Health,
+    prometheus: PrometheusConfig,
+    url: str,
+    queries: Sequence[MetricQuery],
+    boundary_scrapes: dict[str, Any] | None,
+    **options: Any,
+) -> PromQLProducer:
+    """The producer for ``url`` (already resolved by the parent) with the ``prometheus`` section's client; its boundary
+    scrapes built with ``boundary_scrapes`` (the :class:`ScrapeProducer`'s options), when given."""
+
+    def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> Scraper:
+        assert boundary_scrapes is not None
+        return ScrapeProducer(urls, counting, health=health, discovered=False, **boundary_scrapes)
+
+    scraper = boundary_scraper if boundary_scrapes is not None else None
+    options.pop("produce_timeout_s")  # the parent's bound on this process' answers; each read keeps to its own budget
+    return PromQLProducer(client_for(prometheus, url), queries, boundary_scraper=scraper, health=health, **options)
+
+
+if __name__ == "__main__":
+    serve(build, "the PromQL process")

@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
 # Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the venv's installs
-# (network, disk); output by line, so the suite's progress shows as it runs.
-MAKEFLAGS += --jobs=2 --output-sync=line
+# (network, disk). Output is not synchronised: make's sync (by target or by recipe line) would hold the suite's
+# progress until pytest ends.
+MAKEFLAGS += --jobs=2
 
 .PHONY: demo test check lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
 

@@ -2,7 +2,7 @@
 
     python -m soak.trainer RUN_DIR START SEED
 
-It continues the run ``sigterm`` under ``RUN_DIR`` (the JSONL tracker appends to the same file) from step ``START``,
+It continues the run ``sigterm`` under ``RUN_DIR`` (``run.resume``: the JSONL tracker appends to the same file) from step ``START``,
 with the bridge's opt-in SIGTERM handling (``run.handle_sigterm: true``). An infrastructure source that is sometimes
 slow (0 to 0.3 s per window, seeded) keeps delivery behind at times, so the signal also lands while a boundary waits
 for room in the step queue (``queue_size: 2``). It writes ``boundary N`` before step N's boundary, ``begin N`` on
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(int(seed))
     config = BridgeConfig.load(
         {
-            "run": {"name": RUN_NAME, "dir": run_dir, "handle_sigterm": True},
+            "run": {"name": RUN_NAME, "dir": run_dir, "handle_sigterm": True, "resume": True},
             "delivery": {"queue_size": 2, "max_block_s": 0.5, "close_timeout_s": 20},
         }
     )

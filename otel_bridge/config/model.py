@@ -557,6 +557,13 @@ class RunConfig(_Model):
             "before exit. Off by default: a library does not take over the process' signals; install() turns it on."
         ),
     )
+    resume: bool = Field(
+        False,
+        description=(
+            "Continue the run <dir>/<name> (a trainer resumed after preemption): its files are appended to instead "
+            "of a new <name>-N being made. Needs run.name."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -564,6 +571,12 @@ class RunConfig(_Model):
         if value is not None and not re.match(r"^[A-Za-z0-9._\-]+$", value):
             raise ValueError(f"run name {value!r} may only use letters, digits, '.', '_' and '-'")
         return value
+
+    @model_validator(mode="after")
+    def _resume_names_its_run(self) -> RunConfig:
+        if self.resume and self.name is None:
+            raise ValueError("run.resume continues a run by its name: set run.name to the run to continue")
+        return self
 
 
 class DeliveryConfig(_Model):

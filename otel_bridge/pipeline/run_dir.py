@@ -1,5 +1,6 @@
 """A run's own directory: ``<run.dir>/<run.name>``, or ``<run.name>-2``, ``-3``, ... when an earlier run already wrote
-there, so that a run never appends to another run's files (the way wandb and MLflow give every run an id of its own).
+there, so that a run never appends to another run's files (the way wandb and MLflow give every run an id of its own),
+unless it says it continues that run (``run.resume``).
 
 Without ``run.name`` a run is named ``otel-bridge-<UTC time>`` (:data:`DEFAULT_RUN_PREFIX`); the runs of a config are
 those named after its ``run.name`` (or the default), re-runs included (:func:`runs_of`).
@@ -37,9 +38,12 @@ def _holds_a_run(path: Path) -> bool:
 
 def own_run_dir(run: RunConfig, now: datetime | None = None) -> Path:
     """The directory of a new run of ``run``: ``<run.dir>/<name>``, else, when an earlier run wrote there, the first
-    free ``<name>-N`` (N = 2, 3, ...), with a WARNING naming both. Nothing is created."""
+    free ``<name>-N`` (N = 2, 3, ...), with a WARNING naming both; with ``run.resume``, ``<run.dir>/<name>`` as it is
+    (the run it continues). Nothing is created."""
     name = run.name or default_run_name(now)
     first = run.dir / name
+    if run.resume:
+        return first
     candidate, number = first, 1
     while _holds_a_run(candidate):
         number += 1

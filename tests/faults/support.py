@@ -90,6 +90,14 @@ class CounterServer(ScrapedPage):
             self.value = value
 
 
+class CountingServer(CounterServer):
+    """A counter that grows by 10 at every scrape, so every window has an increase."""
+
+    def page(self) -> str:
+        self.value += 10.0
+        return super().page()
+
+
 def collect_steps(
     config: dict[str, Any], steps: int, *, seconds: float, caplog: pytest.LogCaptureFixture
 ) -> tuple[BackendDouble, Bridge]:

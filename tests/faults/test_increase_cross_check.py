@@ -15,21 +15,13 @@ from pathlib import Path
 import pytest
 
 from otel_bridge.health import INCREASE_DISAGREEMENTS
-from tests.faults.support import CounterServer, RewrittenIncreases, collect_steps, count_logs, lying_prometheus
+from tests.faults.support import CountingServer, RewrittenIncreases, collect_steps, count_logs, lying_prometheus
 
 pytestmark = pytest.mark.integration
 
 NAME = "vllm:generation_tokens_total"
 METRICS = [{"name": NAME, "type": "counter", "stats": ["delta"]}]
 DELTA = "rollout/vllm/generation_tokens_total/delta"
-
-
-class CountingServer(CounterServer):
-    """A counter that grows by 10 at every scrape, so every window has an increase."""
-
-    def page(self) -> str:
-        self.value += 10.0
-        return super().page()
 
 
 @pytest.mark.parametrize("factor", [0.5, 0.0])

@@ -9,7 +9,8 @@ increase), the same counting queries are read once more from the samples around 
 parts, :mod:`.samples`, its re-reads included) and each label group's two figures are compared. They may
 differ by what the samples' own lag explains (the window's increase at its rate over the distance between a boundary
 and the sample standing for it) and no more. A disagreement is one WARNING naming the store, the plan, the metric and
-both figures, counted in ``otel_bridge/increase_disagreements{metric}``; that window's counters and every later
+both figures, counted in ``otel_bridge/increase_disagreements{metric}`` (``otel-bridge doctor`` makes the same check
+over the last seconds, :func:`ask`); that window's counters and every later
 window's are the samples' (the caller switches its plan). A figure no window can have (negative, not finite) is not
 compared: it is an answer error of its own, left out of the step.
 """
@@ -25,10 +26,13 @@ from otel_bridge.health import INCREASE_DISAGREEMENTS, QUERY_ERRORS, Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.plan import WindowAnswer, WindowPlan
 from otel_bridge.producers.promql._internal.sources.samples import boundary_sums, reconcile
-from otel_bridge.producers.promql._internal.store_reader import StoreReader
+from otel_bridge.producers.promql._internal.store import Store
+from otel_bridge.producers.promql._internal.store_reader import StoreReader, raw_series
 from otel_bridge.producers.statistics import Group
+from otel_bridge.prometheus.answers import QueryResult
+from otel_bridge.prometheus.client import PrometheusClient
 
-__all__ = ["WINDOWS", "Disagreement", "IncreaseCrossCheck", "disagreements"]
+__all__ = ["WINDOWS", "Disagreement", "IncreaseCrossCheck", "ask", "disagreements"]
 
 _log = logging.getLogger(__name__)
 
@@ -152,3 +156,14 @@ class IncreaseCrossCheck:
 
 def _plan_name(increase: str | None) -> str:
     return {"anchored": "increase(x[w] anchored)", "metricsql": "MetricsQL's increase()"}.get(increase or "", "none")
+
+
+def ask(client: PrometheusClient, store: Store, plan: WindowPlan) -> WindowAnswer:
+    """``plan``'s answer from ``store``, its re-read targets reconciled as the samples source does, outside a run (no
+    health keys, no waits): what ``otel-bridge doctor`` cross-checks a past window with."""
+    results = [client.query(expression, time=plan.window.end) for expression in plan.expressions(store.max_query_bytes)]
+    answer = plan.read(QueryResult("vector", tuple(series for result in results for series in result.series), ()))
+    expression = plan.reread_expression({t for targets in answer.reread.values() for t in targets})
+    if expression is not None:
+        reconcile(plan, answer, raw_series(client.query(expression, time=plan.reread_until)))
+    return answer

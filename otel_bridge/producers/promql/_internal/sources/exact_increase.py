@@ -18,15 +18,22 @@ from collections.abc import Sequence
 from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.plan import CounterParts, ExactIncrease, Part, WindowPlan, at, roled
-from otel_bridge.producers.promql._internal.sources.cross_check import IncreaseCrossCheck
+from otel_bridge.producers.promql._internal.rules import counting
+from otel_bridge.producers.promql._internal.sources.cross_check import (
+    Disagreement,
+    IncreaseCrossCheck,
+    ask,
+    disagreements,
+)
 from otel_bridge.producers.promql._internal.sources.samples import SamplesSource, boundary_sums, lag_parts, reconcile
 from otel_bridge.producers.promql._internal.store import Store
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
 from otel_bridge.producers.window_source import ReadBudget, WindowReading
 from otel_bridge.prometheus import promql
+from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.window import StepWindow
 
-__all__ = ["ExactIncreaseSource", "counters_for", "exact_increases"]
+__all__ = ["ExactIncreaseSource", "counters_for", "cross_check_window", "exact_increases"]
 
 
 class ExactIncreaseSource:
@@ -103,3 +110,20 @@ def _exact_increase(plan: WindowPlan, index: int, query: MetricQuery, exact: Exa
         increase = roled(query, name, lambda sel: exact(sel, length, end, present=present))
         plan.add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
     lag_parts(plan, index, query)
+
+
+def cross_check_window(
+    client: PrometheusClient, store: Store, queries: Sequence[MetricQuery], window: StepWindow, *, pad_s: float
+) -> tuple[list[Disagreement], bool]:
+    """The counting queries among ``queries`` read over the past ``window`` through ``store``'s exact increase and
+    through the samples around its boundaries, compared (:func:`.cross_check.disagreements`): the disagreements, and
+    whether any figure was not 0. What a run checks its first windows with, for ``otel-bridge doctor``."""
+    indices = [i for i, query in enumerate(queries) if counting(query)]
+
+    def plan(counters: CounterParts) -> WindowPlan:
+        return WindowPlan(
+            queries, window, increase_queries=indices, pad_s=pad_s, closing_s=0.0, counters=counters, report_down=False
+        )
+
+    exact = plan(counters_for(store))
+    return disagreements(exact, ask(client, store, exact), ask(client, store, plan(boundary_sums)))

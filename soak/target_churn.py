@@ -12,8 +12,9 @@ Checked: delivered == expected with no duplicate on every backend; no step waite
 its boundaries (no "no reading of ... came within" WARNING: every target here answers at once or refuses at once, so
 such a wait can only be for a target that joined after the boundary or left before it); the healthy targets' readings
 arrive on time (every record has the infrastructure keys, none says they are late or dropped, and no record arrives
-more than ``delivery.produce_timeout_s`` after its step ended); a departed target is forgotten at once (no record of a
-step that began :data:`FORGET_S` after it was unlisted, while it stays away, carries a key naming it).
+more than ``delivery.produce_timeout_s`` after its step ended); a departed target is forgotten at once (no record
+assembled :data:`FORGET_S` after it was unlisted, while it stays away, carries a key naming it: health keys are those
+of when a record is assembled).
 """
 
 from __future__ import annotations
@@ -50,28 +51,30 @@ class ArrivingBackend(CountingBackend):
     def __init__(self, steps: int) -> None:
         super().__init__(steps)
         self.arrived = [0.0] * steps
-        self.window_start = [0.0] * steps
         self.instance_keys: list[tuple[str, ...]] = [()] * steps
 
     def write(self, record: StepRecord) -> None:
         super().write(record)
         if 0 <= record.step < len(self.arrived):
             self.arrived[record.step] = time.time()
-            self.window_start[record.step] = record.window_start or record.time
             self.instance_keys[record.step] = tuple(k for k in record.values if "/instance." in k)
 
 
 class _LateWarnings(logging.Handler):
-    """Collects the scrape path's "no reading of ... came within" WARNINGs."""
+    """Collects the scrape path's "no reading of ... came within" WARNINGs (``messages``) and the worker's about a
+    step's sources that missed ``delivery.produce_timeout_s`` (``deadline``)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
+        self.deadline: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if "no reading of" in message:
             self.messages.append(message[:300])
+        elif "within delivery.produce_timeout_s" in message:
+            self.deadline.append(message[:300])
 
 
 def _write_sd(path: Path, hostports: list[str]) -> None:
@@ -172,6 +175,7 @@ def run_target_churn(steps: int, step_sleep_s: float, tmp: Path) -> dict[str, di
             "records_with_infra_keys": sum(arriving.with_infra),
             "records_marked_infra_missing": sum(arriving.infra_missing),
             "late_warnings": late.messages[:5],
+            "produce_deadline_warnings": late.deadline[:5],
             "records_naming_a_churner": naming,
             "records_checked_for_departed_keys": checked,
             "departed_keys_remembered": remembered[:5],
@@ -185,8 +189,9 @@ def run_target_churn(steps: int, step_sleep_s: float, tmp: Path) -> dict[str, di
 def _remembered(
     backend: ArrivingBackend, listed: list[tuple[float, set[int]]], hostports: list[str]
 ) -> tuple[int, list[str]]:
-    """How many records had their window begin :data:`FORGET_S` after a churner was unlisted, while it stayed away,
-    and ``step: key`` for each of their keys that still names it."""
+    """How many records arrived :data:`FORGET_S` after a churner was unlisted and before it was listed again (a
+    record's health keys are those of when the worker assembled it, which in a backlog is well after its window), and
+    ``step: key`` for each of their keys that still names it."""
     checked = 0
     found: list[str] = []
     before: set[int] = set()
@@ -194,8 +199,8 @@ def _remembered(
         until = listed[position + 1][0] if position + 1 < len(listed) else float("inf")
         for index in before - wanted:
             key = _key_of(hostports[index])
-            for step, start in enumerate(backend.window_start):
-                if when + FORGET_S <= start < until and backend.copies[step]:
+            for step, arrived in enumerate(backend.arrived):
+                if when + FORGET_S <= arrived < until and backend.copies[step]:
                     checked += 1
                     found.extend(f"{step}: {k}" for k in backend.instance_keys[step] if key in k)
         before = wanted

@@ -39,6 +39,7 @@ UNREAD = "otel_bridge/unread_s"
 GROUPS_DROPPED = "otel_bridge/groups_dropped"
 IMPOSSIBLE_VALUES = "otel_bridge/impossible_values"
 ANSWER_ERRORS = "otel_bridge/answer_errors"
+INCREASE_DISAGREEMENTS = "otel_bridge/increase_disagreements"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -62,6 +63,8 @@ DESCRIPTIONS: Mapping[str, str] = {
     "(a utilization of 150 or -50), one per series and step",
     ANSWER_ERRORS: "per metric: label groups a store's answer gave a figure no window can have (a negative or "
     "non-finite counter increase, negative idle seconds), left out of that step, one per group and step",
+    INCREASE_DISAGREEMENTS: "per metric: the store's exact increase disagreed with the samples around a window's "
+    "boundaries when the run's first windows were cross-checked (the run reads its counters from the samples since)",
 }
 UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
 

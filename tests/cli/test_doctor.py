@@ -13,6 +13,7 @@ import requests
 
 from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
 from tests.conftest import Replica
+from tests.faults.support import CountingServer, RewrittenIncreases, lying_prometheus
 from tests.helpers.http_servers import free_port
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -330,3 +331,20 @@ def test_doctor_without_run_name_judges_a_run_of_the_config_not_the_demos(
     boundaries = check_named(document, "step boundaries")
     assert boundaries["status"] == "pass", boundaries
     assert f"the steps of {mine} last 10s" in boundaries["detail"], boundaries
+
+
+def test_doctor_warns_when_the_stores_exact_increase_disagrees_with_its_samples(tmp_path: Path) -> None:
+    """A real Prometheus 3.16 behind a gateway that halves its ``anchored`` increases (issue 37 finding 4): the query
+    plan check cross-checks the last few scrape intervals as a run checks its first windows, and says both figures."""
+    name = "vllm:generation_tokens_total"
+    page = CountingServer(name)
+    store = RewrittenIncreases(lambda value: repr(float(value) / 2))
+    with lying_prometheus(tmp_path, page, name, store, [{"name": name, "type": "counter"}]) as config:
+        page.wait_for_scrapes(page.scrapes + 12)  # three seconds of samples: the window doctor checks
+        status, document = doctor_json(tmp_path, config)
+    plan = check_named(document, "query plan")
+    assert plan["status"] == "warn", plan
+    assert "disagrees with its own samples" in plan["detail"], plan
+    assert f"{name}{{}}: exact increase" in plan["detail"], plan
+    assert store.lies >= 1
+    assert status == 0, document

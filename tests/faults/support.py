@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import requests
 
 from otel_bridge import Bridge
 from tests.helpers.backends import BackendDouble
-from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
+from tests.helpers.http_servers import Forward, RecordedRequest, Response, ScriptedHTTPServer, forwarding_proxy
 from tests.helpers.prometheus_server import PrometheusServer
 
 
@@ -89,6 +90,14 @@ class CounterServer(ScrapedPage):
             self.value = value
 
 
+class CountingServer(CounterServer):
+    """A counter that grows by 10 at every scrape, so every window has an increase."""
+
+    def page(self) -> str:
+        self.value += 10.0
+        return super().page()
+
+
 def collect_steps(
     config: dict[str, Any], steps: int, *, seconds: float, caplog: pytest.LogCaptureFixture
 ) -> tuple[BackendDouble, Bridge]:
@@ -137,3 +146,50 @@ def prometheus_scraping(
     finally:
         prometheus.stop()
         page.server.close()
+
+
+class RewrittenIncreases:
+    """A reverse proxy's script: every window increase a store answers (a series tagged ``.../increase/...``) becomes
+    ``rewrite(value)``; every other answer is forwarded as it is. Counts the rewritten series (``lies``)."""
+
+    def __init__(self, rewrite: Callable[[str], str]) -> None:
+        self.rewrite = rewrite
+        self.lies = 0
+
+    def __call__(self, request: RecordedRequest, forward: Forward) -> Response:
+        answer = forward()
+        if request.path.split("?")[0] != "/api/v1/query" or answer.status != 200:
+            return answer
+        body = json.loads(answer.body)
+        result = body.get("data", {}).get("result")
+        if not isinstance(result, list):
+            return answer
+        for series in result:
+            if "/increase/" in series.get("metric", {}).get("otel_bridge_q", ""):
+                series["value"][1] = self.rewrite(series["value"][1])
+                self.lies += 1
+        return Response(body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+
+
+@contextmanager
+def lying_prometheus(
+    tmp_path: Path, page: ScrapedPage, name: str, store: RewrittenIncreases, metrics: list[dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """A real Prometheus 3.16 scraping ``page`` behind a reverse proxy running ``store``; yields the config of a
+    bridge reading ``metrics`` through the proxy with Prometheus' samples (no recording rules, no retries)."""
+    with (
+        prometheus_scraping(tmp_path / "prometheus", page, name, version="3.16") as prometheus,
+        forwarding_proxy(prometheus.url, store) as proxy,
+    ):
+        yield base_config(
+            tmp_path,
+            "lying-store",
+            prometheus={
+                "url": proxy.url,
+                "scrape_interval_s": 0.25,
+                "boundary": "samples",
+                "recording_rules": "off",
+                "retries": 0,
+            },
+            metrics=metrics,
+        )

@@ -9,15 +9,13 @@ and never non-finite: such an answer is an answer error, left out of the step (n
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
 from otel_bridge.health import ANSWER_ERRORS
-from tests.faults.support import CounterServer, base_config, collect_steps, count_logs, prometheus_scraping
-from tests.helpers.http_servers import Forward, RecordedRequest, Response, forwarding_proxy
+from tests.faults.support import CounterServer, RewrittenIncreases, collect_steps, count_logs, lying_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -27,51 +25,14 @@ DELTA = "rollout/vllm/generation_tokens_total/delta"
 RATE = "rollout/vllm/generation_tokens_total/rate"
 
 
-class LyingStore:
-    """Answers every window increase (a series tagged ``.../increase/...``) with ``value``, the rest as forwarded."""
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-        self.lies = 0
-
-    def __call__(self, request: RecordedRequest, forward: Forward) -> Response:
-        answer = forward()
-        if request.path.split("?")[0] != "/api/v1/query" or answer.status != 200:
-            return answer
-        body = json.loads(answer.body)
-        result = body.get("data", {}).get("result")
-        if not isinstance(result, list):
-            return answer
-        for series in result:
-            if "/increase/" in series.get("metric", {}).get("otel_bridge_q", ""):
-                series["value"][1] = self.value
-                self.lies += 1
-        return Response(body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-
-
 @pytest.mark.parametrize("value", ["-1000000", "+Inf", "NaN"])
 def test_a_counter_increase_no_window_can_have_is_an_answer_error(
     tmp_path: Path, value: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     target = CounterServer(NAME)
     target.set(100.0)
-    store = LyingStore(value)
-    with (
-        prometheus_scraping(tmp_path / "prometheus", target, NAME, version="3.16") as prometheus,
-        forwarding_proxy(prometheus.url, store) as proxy,
-    ):
-        config = base_config(
-            tmp_path,
-            "lying-store",
-            prometheus={
-                "url": proxy.url,
-                "scrape_interval_s": 0.25,
-                "boundary": "samples",
-                "recording_rules": "off",
-                "retries": 0,
-            },
-            metrics=METRICS,
-        )
+    store = RewrittenIncreases(lambda _: value)
+    with lying_prometheus(tmp_path, target, NAME, store, METRICS) as config:
         collecting, bridge = collect_steps(config, 5, seconds=0.6, caplog=caplog)  # two scrapes in each window
         errors = bridge.health.counter(ANSWER_ERRORS, {"metric": NAME})
     records = collecting.by_step()

@@ -13,13 +13,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.cli.doctor.context import DoctorContext, listed
+from otel_bridge.cli.doctor.context import DoctorContext, Status, listed
 from otel_bridge.config import AUTO, BridgeConfig, open_regular_file
 from otel_bridge.errors import ConfigError, DiscoveryError, PrometheusError, PrometheusUnreachableError
 from otel_bridge.pipeline import DEFAULT_RUN_PREFIX, runs_of
-from otel_bridge.producers.promql import Store, counting, detect_store, find_rules
+from otel_bridge.producers.promql import Store, counting, cross_check_window, detect_store, find_rules
 from otel_bridge.prometheus import PrometheusClient
 from otel_bridge.prometheus.promql import target_duration
+from otel_bridge.window import StepWindow
 
 UNSCRAPED = "unknown"
 """A target's health before Prometheus' first scrape of it."""
@@ -183,12 +184,41 @@ def check_query_plan(context: DoctorContext, config: BridgeConfig, client: Prome
         if prom.boundary == "samples"
         else "where Prometheus' samples bound a step (see step boundaries), its counters and histograms"
     )
+    status, cross_check = _cross_check(config, client, store, context)
     context.add(
         "query plan",
-        "pass",
+        status,
         f"{store.name}: {which} are read by {deltas}; the run's last step by the samples around its end"
-        f"{rules_note}{_notes(store)}",
+        f"{rules_note}{_notes(store)}{cross_check}",
+        "find what in front of the store answers its increase (a gateway, a cache) and let queries through unchanged"
+        if status == "warn"
+        else None,
     )
+
+
+def _cross_check(
+    config: BridgeConfig, client: PrometheusClient, store: Store, context: DoctorContext
+) -> tuple[Status, str]:
+    """The store's exact increase over the last few scrape intervals against its samples around them, as a run checks
+    its first windows: ``warn`` with both figures when they disagree."""
+    if store.increase is None:
+        return "pass", ""
+    interval = context.scrape_interval_s or config.prometheus.scrape_interval_s
+    end = time.time() - interval - 1.0  # every sample of the window stored
+    window = StepWindow(0, end - 4 * interval, end)
+    try:
+        found, held = cross_check_window(client, store, context.queries, window, pad_s=2 * interval)
+    except PrometheusError as exc:
+        return "pass", f"; its increase could not be cross-checked against its samples: {exc}"
+    if found:
+        figures = "; ".join(d.describe() for d in found[:5])
+        return "warn", (
+            f"; its exact increase over the last {4 * interval:g}s disagrees with its own samples around that window "
+            f"(a run would warn and read the samples): {figures}"
+        )
+    if not held:
+        return "pass", f"; no counter increased over the last {4 * interval:g}s, so its increase was not cross-checked"
+    return "pass", f"; its exact increase over the last {4 * interval:g}s agrees with its samples"
 
 
 def _notes(store: Store) -> str:

@@ -152,7 +152,7 @@ def choose_source(
         store = setup.store
         if store.increase is None:
             return SamplesSource(store_reader, counting)
-        return ExactIncreaseSource(store_reader, counting, store.exact_increase)
+        return ExactIncreaseSource(store_reader, counting, store.exact_increase, health=health)
 
     scraped = _boundary_scrapes(client, setup, serving, options)
     if scraped is not None:

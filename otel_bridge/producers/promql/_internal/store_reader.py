@@ -45,7 +45,7 @@ from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.window import StepWindow
 
-__all__ = ["Reconcile", "StoreReader"]
+__all__ = ["Reconcile", "StoreReader", "raw_series"]
 
 _log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class StoreReader:
         targets = {t for targets in answer.reread.values() for t in targets}
         expression = plan.reread_expression(targets)
         if expression is not None:
-            reconcile(plan, answer, _raw_series(self.client.query(expression, time=plan.reread_until)))
+            reconcile(plan, answer, raw_series(self.client.query(expression, time=plan.reread_until)))
 
     def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
         """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's
@@ -332,7 +332,9 @@ def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:
     return query.kind == "gauge" and "last" in query.stats
 
 
-def _raw_series(result: QueryResult) -> list[RawSeries]:
+def raw_series(result: QueryResult) -> list[RawSeries]:
+    """The series of a range-vector answer, each with its name apart from its labels (the ones without a name left
+    out)."""
     out = []
     for series in result.series:
         name = series.labels.get("__name__")

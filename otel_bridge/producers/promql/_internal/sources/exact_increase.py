@@ -3,7 +3,9 @@ anchored)``, VictoriaMetrics' MetricsQL ``increase``: :mod:`otel_bridge.producer
 
 Each counting query's increase over the window is the store's, summed per label group: from the last sample at or
 before the start to the last one in the window, resets corrected per series inside the store, no extrapolation, so
-nothing is re-read. The lag parts are the boundary sums' (:func:`.samples.lag_parts`). The run's last window is closed
+nothing is re-read. The run's first windows are cross-checked once against the samples around their boundaries
+(:mod:`.cross_check`): when they disagree, this source reads its counters as :mod:`.samples` does from then on. The
+lag parts are the boundary sums' (:func:`.samples.lag_parts`). The run's last window is closed
 by the sample after its end, which that increase does not reach: it is read from the samples around its boundaries
 (:mod:`.samples`), re-read included.
 """
@@ -13,24 +15,36 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.plan import CounterParts, ExactIncrease, Part, WindowPlan, at, roled
-from otel_bridge.producers.promql._internal.sources.samples import SamplesSource, boundary_sums, lag_parts
+from otel_bridge.producers.promql._internal.rules import counting
+from otel_bridge.producers.promql._internal.sources.cross_check import (
+    Disagreement,
+    IncreaseCrossCheck,
+    ask,
+    disagreements,
+)
+from otel_bridge.producers.promql._internal.sources.samples import SamplesSource, boundary_sums, lag_parts, reconcile
 from otel_bridge.producers.promql._internal.store import Store
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
 from otel_bridge.producers.window_source import ReadBudget, WindowReading
 from otel_bridge.prometheus import promql
+from otel_bridge.prometheus.client import PrometheusClient
 from otel_bridge.window import StepWindow
 
-__all__ = ["ExactIncreaseSource", "counters_for", "exact_increases"]
+__all__ = ["ExactIncreaseSource", "counters_for", "cross_check_window", "exact_increases"]
 
 
 class ExactIncreaseSource:
     """Reads each window from the store's exact increase (see the module docstring): the samples' source with these
-    parts (its waits and, for the run's last window, its re-read)."""
+    parts (its waits and, for the run's last window, its re-read); the samples' own parts once the cross-check of its
+    first windows found them disagreeing."""
 
-    def __init__(self, reader: StoreReader, counting: Sequence[int], exact: ExactIncrease) -> None:
+    def __init__(self, reader: StoreReader, counting: Sequence[int], exact: ExactIncrease, *, health: Health) -> None:
+        self._reader = reader
         self._samples = SamplesSource(reader, counting, counters=functools.partial(exact_increases, exact=exact))
+        self._cross_check = IncreaseCrossCheck(reader, health)
 
     @property
     def counting(self) -> list[int]:
@@ -39,15 +53,22 @@ class ExactIncreaseSource:
 
     def read(self, window: StepWindow, budget: ReadBudget) -> WindowReading:
         """Ask the union once every sample of the window is stored."""
-        return self._samples.read(window, budget)
+        return self.answer(self.prepare(window))
 
     def prepare(self, window: StepWindow) -> WindowPlan:
         """The window's union, once every sample it asks for is stored (the first half of :meth:`read`)."""
         return self._samples.prepare(window)
 
     def answer(self, plan: WindowPlan) -> WindowReading:
-        """Ask ``plan``'s union (the second half of :meth:`read`)."""
-        return self._samples.answer(plan)
+        """Ask ``plan``'s union (the second half of :meth:`read`), cross-checked while the first windows last."""
+        if not self._cross_check.pending:
+            return self._samples.answer(plan)
+        reader = self._reader
+        answer = reader.ask(plan)
+        reader.reread(plan, answer, reconcile)
+        if self._cross_check(plan, answer):
+            self._samples = SamplesSource(reader, self._samples.counting)
+        return reader.reading(plan, answer)
 
     def on_boundary(self, t: float) -> None:
         """Nothing to do: the store's samples are already there."""
@@ -89,3 +110,20 @@ def _exact_increase(plan: WindowPlan, index: int, query: MetricQuery, exact: Exa
         increase = roled(query, name, lambda sel: exact(sel, length, end, present=present))
         plan.add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
     lag_parts(plan, index, query)
+
+
+def cross_check_window(
+    client: PrometheusClient, store: Store, queries: Sequence[MetricQuery], window: StepWindow, *, pad_s: float
+) -> tuple[list[Disagreement], bool]:
+    """The counting queries among ``queries`` read over the past ``window`` through ``store``'s exact increase and
+    through the samples around its boundaries, compared (:func:`.cross_check.disagreements`): the disagreements, and
+    whether any figure was not 0. What a run checks its first windows with, for ``otel-bridge doctor``."""
+    indices = [i for i, query in enumerate(queries) if counting(query)]
+
+    def plan(counters: CounterParts) -> WindowPlan:
+        return WindowPlan(
+            queries, window, increase_queries=indices, pad_s=pad_s, closing_s=0.0, counters=counters, report_down=False
+        )
+
+    exact = plan(counters_for(store))
+    return disagreements(exact, ask(client, store, exact), ask(client, store, plan(boundary_sums)))

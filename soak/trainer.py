@@ -2,11 +2,12 @@
 
     python -m soak.trainer RUN_DIR START SEED
 
-It continues the run ``sigterm`` under ``RUN_DIR`` (``run.resume``: the JSONL tracker appends to the same file) from step ``START``,
-with the bridge's opt-in SIGTERM handling (``run.handle_sigterm: true``). An infrastructure source that is sometimes
-slow (0 to 0.3 s per window, seeded) keeps delivery behind at times, so the signal also lands while a boundary waits
-for room in the step queue (``queue_size: 2``). It writes ``boundary N`` before step N's boundary, ``begin N`` on
-entering its block and ``finished N`` after leaving it, each in one write, so the parent knows where the signal
+It continues the run ``sigterm`` under ``RUN_DIR`` (``run.resume``: the JSONL tracker appends to the same file) from
+step ``START``, with the bridge's opt-in SIGTERM handling (``run.handle_sigterm: true``). An infrastructure source
+that is sometimes slow (0 to 0.3 s per window, seeded) keeps delivery behind at times, so the signal also lands while
+a boundary waits for room in the step queue (``queue_size: 2``). It writes ``boundary N`` before step N's boundary,
+``begin N`` on entering its block and ``finished N`` after leaving it, each in one write, so the parent knows where
+the signal
 landed: which steps began and which ended before it.
 """
 

@@ -7,8 +7,7 @@ step ``START``, with the bridge's opt-in SIGTERM handling (``run.handle_sigterm:
 that is sometimes slow (0 to 0.3 s per window, seeded) keeps delivery behind at times, so the signal also lands while
 a boundary waits for room in the step queue (``queue_size: 2``). It writes ``boundary N`` before step N's boundary,
 ``begin N`` on entering its block and ``finished N`` after leaving it, each in one write, so the parent knows where
-the signal
-landed: which steps began and which ended before it.
+the signal landed: which steps began and which ended before it.
 """
 
 from __future__ import annotations

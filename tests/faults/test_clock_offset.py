@@ -1,0 +1,140 @@
+"""The trainer's clock and Prometheus' disagree (issue 37 finding 1).
+
+The bridge stamps windows with the trainer's clock; Prometheus stamps its samples with its own. Nodes drift (VMs,
+containers, a failed NTP), and a trainer on one node with Prometheus on another is the normal layout. The trainer runs
+here in a subprocess under libfaketime (Debian's ``faketime``), its clock moved against a real Prometheus (2.42 and
+3.16) scraping both replicas every second: Prometheus 20 s ahead of the trainer, or 5 s behind.
+
+The truth: a background thread of this process sets the replicas' ``vllm:num_requests_waiting`` to the real time (in
+tenths of a second since the test started) every 20 ms, so a step's ``last`` value says when Prometheus took the
+sample that stood for the window's end. A record is right when that sample lies within one scrape interval (plus
+slack) before the window's end on Prometheus' clock; it must also say the offset the bridge measured
+(``otel_bridge/clock_offset_s``). Before the fix, the bridge asked at the trainer's times and every step read samples
+as old (or as new) as the offset, with nothing said.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Replica
+from tests.helpers.prometheus_server import PrometheusServer
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's libfaketime (package faketime)
+
+TRAINER = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from otel_bridge import Bridge
+
+    # libfaketime 0.9.10 breaks clock_nanosleep(TIMER_ABSTIME), which time.sleep uses (EINVAL): the same pause on
+    # the (real) monotonic clock instead. Only the wall clock is moved, as a drifting node's is.
+    time.sleep = lambda seconds: threading.Event().wait(seconds)
+
+    class Lines:
+        name = "lines"
+        def write(self, record):
+            print(json.dumps({"step": record.step, "time": record.time, "values": dict(record.values)}), flush=True)
+        def flush(self): pass
+        def close(self): pass
+
+    config = json.loads(sys.argv[1])
+    with Bridge.from_config(config, backends=[Lines()]) as bridge:
+        bridge.log({}, step=0)
+        for step in range(1, 7):
+            time.sleep(1.5)
+            bridge.log({}, step=step)
+    """
+)
+
+WAITING = "vllm/num_requests_waiting/last"
+OFFSET = "otel_bridge/clock_offset_s"
+SLACK_S = 0.6  # a scrape's timestamp lies before the server renders the value; the gauge is set every 20 ms
+
+
+@pytest.fixture
+def clock_gauge(replicas: list[Replica]) -> Iterator[float]:
+    """Sets both replicas' ``vllm:num_requests_waiting`` to the tenths of a second since the returned origin."""
+    origin = time.time()
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            for replica in replicas:
+                replica.sim.set_waiting(int((time.time() - origin) * 10))
+            stop.wait(0.02)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield origin
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _faketime() -> Path:
+    if not LIBFAKETIME.exists() or shutil.which("faketime") is None:
+        pytest.skip(f"libfaketime is not installed ({LIBFAKETIME}): install the Debian package 'faketime' (make test)")
+    return LIBFAKETIME
+
+
+@pytest.mark.parametrize(("offset_s", "boundary"), [(20.0, "samples"), (-5.0, "samples"), (20.0, "auto")])
+def test_records_are_read_on_prometheus_clock(
+    tmp_path: Path,
+    prometheus: PrometheusServer,
+    clock_gauge: float,
+    offset_s: float,
+    boundary: str,
+) -> None:
+    library = _faketime()
+    config = {
+        "prometheus": {"url": prometheus.url, "boundary": boundary, "recording_rules": "off"},
+        "metrics": [{"name": "vllm:num_requests_waiting", "type": "gauge", "stats": ["last"]}],
+        "run": {"dir": str(tmp_path / "runs")},
+    }
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    # Prometheus offset_s ahead of the trainer: the trainer's clock runs offset_s behind the real one.
+    environment = {
+        "LD_PRELOAD": str(library),
+        "FAKETIME": f"{-offset_s:+g}s",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # timed waits hang when libfaketime moves the monotonic clock
+        "PYTHONPATH": str(Path.cwd()),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script), json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**_base_environment(), **environment},
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [r["step"] for r in records] == list(range(7)), done.stderr
+    # How far from each window's end (on Prometheus' clock) the sample read for it lies; None: no value.
+    read: list[float | None] = []
+    for record in records[1:]:
+        end_on_prometheus = record["time"] + offset_s  # the trainer's boundary on the real (Prometheus') clock
+        value = record["values"].get(WAITING)
+        read.append(None if value is None else round(clock_gauge + value / 10 - end_on_prometheus, 2))
+    offsets = [record["values"].get(OFFSET) for record in records]
+    # Every step's gauge stands for its window's end: the sample within one scrape interval before it.
+    assert all(age is not None and -1.0 - SLACK_S <= age <= SLACK_S for age in read), (read, offsets, done.stderr)
+    assert offsets == [pytest.approx(offset_s, abs=0.1)] * len(records), (offsets, done.stderr)
+
+
+def _base_environment() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in {"LD_PRELOAD", "FAKETIME"}}

@@ -39,6 +39,7 @@ UNREAD = "otel_bridge/unread_s"
 GROUPS_DROPPED = "otel_bridge/groups_dropped"
 IMPOSSIBLE_VALUES = "otel_bridge/impossible_values"
 ANSWER_ERRORS = "otel_bridge/answer_errors"
+CLOCK_OFFSET = "otel_bridge/clock_offset_s"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -62,8 +63,10 @@ DESCRIPTIONS: Mapping[str, str] = {
     "(a utilization of 150 or -50), one per series and step",
     ANSWER_ERRORS: "per metric: label groups a store's answer gave a figure no window can have (a negative or "
     "non-finite counter increase, negative idle seconds), left out of that step, one per group and step",
+    CLOCK_OFFSET: "the store's clock minus the trainer's, as last measured (PromQL path): the windows asked are moved "
+    "by it",
 }
-UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
+UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s", CLOCK_OFFSET: "s"}
 
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -63,6 +63,7 @@ def _promql_producer(config: BridgeConfig, health: Health, queries: list[MetricQ
         refresh_interval_s=config.scrape.refresh_interval_s,
         health=health,
         warn_interval_s=config.delivery.warn_interval_s,
+        max_clock_offset_s=prom.max_clock_offset_s,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -102,15 +103,14 @@ def negotiate(
     ``prometheus.max_clock_offset_s``).
     """
     store = store if store is not None else detect_store(client)
-    clock = StoreClock(client, max_offset_s=max_clock_offset_s)
-    clock.measure()
+
     check_names(queries, store)
     resolved = list(queries)
     if any(q.needs_kind for q in resolved):
         metadata = client.metadata()
         resolved = [resolve_kind(q, metadata) for q in resolved]
     pad_s = 2.0 * interval_s
-    now = clock.now()
+    now = time.time()  # a check needs no exact time: the store's clock is measured once the queries are known good
     counting = [i for i, q in enumerate(resolved) if counts(q)]
     check_expressions(
         client,
@@ -121,6 +121,8 @@ def negotiate(
         counters=counters_for(store),
         store=store,
     )
+    clock = StoreClock(client, max_offset_s=max_clock_offset_s)
+    clock.measure()
     primary = sorted({n for i in counting for n in primary_names(resolved[i])})
     gauges = sorted({q.name for q in resolved if q.kind == "gauge" and q.name and q.ratio is None})
     # The scrape interval matters to gauges too (a short step may hold no sample of them).

@@ -41,7 +41,8 @@ class StoreClock:
         self._measured_at = -math.inf  # time.monotonic() of the last measurement
 
     def measure(self) -> None:
-        """Measure the offset now; raises :class:`PrometheusError` when the store cannot be asked or answers no
+        """Measure the offset now (kept when it differs from the last by no more than the two measurements' precision);
+        raises :class:`PrometheusError` when the store cannot be asked or answers no
         number."""
         best: tuple[float, float] | None = None  # (round trip, offset)
         for _ in range(_SAMPLES):
@@ -57,8 +58,12 @@ class StoreClock:
             if best is None or trip < best[0]:
                 best = (trip, store_time - (sent + received) / 2)
         assert best is not None
-        self.precision_s, self.offset_s = best[0] / 2, best[1]
+        precision, offset = best[0] / 2, best[1]
         self._measured_at = time.monotonic()
+        if math.isinf(self.precision_s) or abs(offset - self.offset_s) > precision + self.precision_s:
+            # Only a change the measurements can tell apart moves the windows: a jitter of a millisecond would open
+            # a gap (or an overlap) between consecutive windows, which share their boundaries on the store's clock.
+            self.precision_s, self.offset_s = precision, offset
 
     def refresh(self) -> None:
         """Measure again when the last measurement is :data:`REMEASURE_S` old (raises as :meth:`measure`; the last

@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 # progress until pytest ends.
 MAKEFLAGS += --jobs=2
 
-.PHONY: demo test check lint typecheck prometheus-bin peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
+.PHONY: demo test check lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -45,6 +45,19 @@ prometheus-bin:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || \
 	{ echo "error: 'apt-get install prometheus' failed; see the output above." >&2; exit 1; }
 
+# libfaketime (Debian package 'faketime'): tests/faults/test_clock_offset.py runs a trainer with its clock moved
+# against Prometheus' (the test skips, saying why, without it).
+faketime:
+	@if [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ]; then exit 0; fi; \
+	echo "libfaketime not found: installing the Debian package 'faketime'"; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "warning: cannot install faketime here (needs root and apt-get): the clock-offset tests will skip." >&2; \
+		exit 0; \
+	fi; \
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null || \
+	echo "warning: 'apt-get install faketime' failed (see above): the clock-offset tests will skip." >&2
+
 # The peers: servers the tests talk to, built from their Go modules (needs Go >= 1.26.7 and the Go module proxy) into a
 # cache outside the clone, ~/.cache/otel-bridge/peers (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when
 # their recipe changed. Prometheus 3.16, the OpenTelemetry Collector distribution of collector/manifest.yaml and
@@ -77,7 +90,7 @@ CHECK_WORKERS ?= 2
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder
 TIMES := .test-times
 
-test: $(VENV)/.dev-installed prometheus-bin peers lint typecheck
+test: $(VENV)/.dev-installed prometheus-bin faketime peers lint typecheck
 	@mkdir -p $(TIMES)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_PARALLEL) --junitxml=$(TIMES)/junit.xml --durations=50
 

@@ -40,6 +40,7 @@ GROUPS_DROPPED = "otel_bridge/groups_dropped"
 IMPOSSIBLE_VALUES = "otel_bridge/impossible_values"
 ANSWER_ERRORS = "otel_bridge/answer_errors"
 INCREASE_DISAGREEMENTS = "otel_bridge/increase_disagreements"
+CLOCK_OFFSET = "otel_bridge/clock_offset_s"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -65,8 +66,10 @@ DESCRIPTIONS: Mapping[str, str] = {
     "non-finite counter increase, negative idle seconds), left out of that step, one per group and step",
     INCREASE_DISAGREEMENTS: "per metric: the store's exact increase disagreed with the samples around a window's "
     "boundaries when the run's first windows were cross-checked (the run reads its counters from the samples since)",
+    CLOCK_OFFSET: "the store's clock minus the trainer's, as last measured (PromQL path): the windows asked are moved "
+    "by it",
 }
-UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s"}
+UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s", CLOCK_OFFSET: "s"}
 
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -294,6 +294,16 @@ class PrometheusConfig(_Model):
             "Prometheus runs them unchanged; 'required': a start-up error otherwise; 'off': always the raw series."
         ),
     )
+    max_clock_offset_s: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=(
+            "How far Prometheus' clock may be from the trainer's before a WARNING says so. The bridge measures the "
+            "offset at start-up and every minute and asks each window at Prometheus' times either way; "
+            "otel_bridge/clock_offset_s reports it in every record."
+        ),
+    )
     auth: AuthConfig = AuthConfig()
     tls: TLSConfig = TLSConfig()
     isolation: Literal["process", "thread"] = Field(

@@ -59,6 +59,7 @@ def _promql_producer(
         "recording_rules": prom.recording_rules,
         "refresh_interval_s": config.scrape.refresh_interval_s,
         "warn_interval_s": config.delivery.warn_interval_s,
+        "max_clock_offset_s": prom.max_clock_offset_s,
     }
     if prom.isolation == "process":
         url = client.url

@@ -161,8 +161,9 @@ class RewrittenIncreases:
         if request.path.split("?")[0] != "/api/v1/query" or answer.status != 200:
             return answer
         body = json.loads(answer.body)
-        result = body.get("data", {}).get("result")
-        if not isinstance(result, list):
+        data = body.get("data", {})
+        result = data.get("result")
+        if data.get("resultType") != "vector" or not isinstance(result, list):  # a scalar: the store's time()
             return answer
         for series in result:
             if "/increase/" in series.get("metric", {}).get("otel_bridge_q", ""):

@@ -54,6 +54,8 @@ class PromQLProducer:
     ``boundary_scraper`` builds the boundary scrapes (``boundary`` other than ``samples`` needs one);
     ``refresh_interval_s`` how often the serving targets are re-read. ``store``: what ``client`` talks to; detected at
     :meth:`start` when ``None`` (given, e.g. to measure one plan against another on the same store).
+    ``max_clock_offset_s``: ``prometheus.max_clock_offset_s`` (the store's clock is measured and each window asked at
+    its times; beyond this a WARNING).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class PromQLProducer:
         health: Health | None = None,
         warn_interval_s: float = 60.0,
         store: Store | None = None,
+        max_clock_offset_s: float = 1.0,
     ) -> None:
         if boundary != "samples" and boundary_scraper is None:
             raise ConfigError(f"prometheus.boundary: {boundary} needs a boundary scraper; use boundary: samples")
@@ -77,6 +80,7 @@ class PromQLProducer:
         self._queries = list(queries)
         self._interval_s = scrape_interval_s
         self._store = store
+        self._max_clock_offset_s = max_clock_offset_s
         self._options = Options(boundary, boundary_max_targets, boundary_scraper, recording_rules, refresh_interval_s)
         self._closed = threading.Event()
         self._health = health or Health()
@@ -127,7 +131,13 @@ class PromQLProducer:
     def _prepare(self) -> None:
         if self._chosen is not None:
             return
-        negotiated = negotiate(self._client, self._queries, store=self._store, interval_s=self._interval_s)
+        negotiated = negotiate(
+            self._client,
+            self._queries,
+            store=self._store,
+            interval_s=self._interval_s,
+            max_clock_offset_s=self._max_clock_offset_s,
+        )
         try:
             chosen = choose_source(
                 self._client,

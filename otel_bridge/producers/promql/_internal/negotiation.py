@@ -35,6 +35,7 @@ from otel_bridge.producers.promql._internal.sources.exact_increase import ExactI
 from otel_bridge.producers.promql._internal.sources.recording_rules import RecordingRulesSource
 from otel_bridge.producers.promql._internal.sources.samples import SamplesSource
 from otel_bridge.producers.promql._internal.store import Store, detect_store
+from otel_bridge.producers.promql._internal.store_clock import StoreClock
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
 from otel_bridge.producers.promql._internal.targets import (
     ServingTargets,
@@ -87,22 +88,29 @@ class Chosen:
 
 
 def negotiate(
-    client: PrometheusClient, queries: Sequence[MetricQuery], *, store: Store | None, interval_s: float
+    client: PrometheusClient,
+    queries: Sequence[MetricQuery],
+    *,
+    store: Store | None,
+    interval_s: float,
+    max_clock_offset_s: float = 1.0,
 ) -> Negotiated:
     """Check the store and every query once, resolve metric types, and find the serving targets and their schedule.
 
     A rejected query raises :class:`ConfigError`; an unreachable or broken store its
     :class:`~otel_bridge.errors.PrometheusError`. ``store``: given (to measure one plan against another on the same
-    store), else detected.
+    store), else detected. The store's clock is measured (:class:`StoreClock`; ``max_clock_offset_s``:
+    ``prometheus.max_clock_offset_s``).
     """
     store = store if store is not None else detect_store(client)
+
     check_names(queries, store)
     resolved = list(queries)
     if any(q.needs_kind for q in resolved):
         metadata = client.metadata()
         resolved = [resolve_kind(q, metadata) for q in resolved]
     pad_s = 2.0 * interval_s
-    now = time.time()
+    now = time.time()  # a check needs no exact time: the store's clock is measured once the queries are known good
     counting = [i for i, q in enumerate(resolved) if counts(q)]
     check_expressions(
         client,
@@ -113,11 +121,13 @@ def negotiate(
         counters=counters_for(store),
         store=store,
     )
+    clock = StoreClock(client, max_offset_s=max_clock_offset_s)
+    clock.measure()
     primary = sorted({n for i in counting for n in primary_names(resolved[i])})
     gauges = sorted({q.name for q in resolved if q.kind == "gauge" and q.name and q.ratio is None})
     # The scrape interval matters to gauges too (a short step may hold no sample of them).
     found = serving_targets(client, primary, *([[*primary, *gauges]] if gauges else []))
-    setup = Setup(store, tuple(resolved), schedule_of(found[-1], interval_s))
+    setup = Setup(store, tuple(resolved), schedule_of(found[-1], interval_s), clock)
     return Negotiated(setup, ServingTargets(client, primary, found[0]))
 
 

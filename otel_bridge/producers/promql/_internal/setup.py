@@ -8,6 +8,7 @@ from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.plan import primary_names
 from otel_bridge.producers.promql._internal.rules import counting
 from otel_bridge.producers.promql._internal.store import Store
+from otel_bridge.producers.promql._internal.store_clock import StoreClock
 from otel_bridge.producers.promql._internal.targets import Schedule
 
 __all__ = ["Setup"]
@@ -15,11 +16,13 @@ __all__ = ["Setup"]
 
 @dataclass(frozen=True, slots=True)
 class Setup:
-    """The store, the configured queries with their types resolved, and the serving targets' schedule."""
+    """The store, the configured queries with their types resolved, the serving targets' schedule, and the store's
+    clock (the windows asked are on it)."""
 
     store: Store
     queries: tuple[MetricQuery, ...]
     schedule: Schedule
+    clock: StoreClock
 
     @property
     def counting(self) -> list[int]:

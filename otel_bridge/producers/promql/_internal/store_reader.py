@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.metrics.export import Metric
 
 from otel_bridge.errors import PrometheusError
-from otel_bridge.health import ANSWER_ERRORS, QUERY_ERRORS, QUERY_WARNINGS, SCRAPE_ERRORS, TARGETS_DOWN, Health
+from otel_bridge.health import (
+    ANSWER_ERRORS,
+    CLOCK_OFFSET,
+    QUERY_ERRORS,
+    QUERY_WARNINGS,
+    SCRAPE_ERRORS,
+    TARGETS_DOWN,
+    Health,
+)
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.plan import (
     REREAD_LOOKBACK_S,
@@ -103,7 +110,9 @@ class StoreReader:
         self, window: StepWindow, counting: Sequence[int], *, closing_s: float, counters: CounterParts
     ) -> WindowPlan:
         """The union for ``window`` with the common parts and the counting queries' (``counters``), once the samples
-        of remote-written series after the window's end have arrived (:meth:`await_arrivals`)."""
+        of remote-written series after the window's end have arrived (:meth:`await_arrivals`). The plan's window is
+        ``window`` on the store's clock (:meth:`read_clock`)."""
+        window = self.read_clock(window)
         arrived = self.await_arrivals(window)
         return WindowPlan(
             self.queries,
@@ -115,6 +124,35 @@ class StoreReader:
             report_unread=not self._scrapes_name_members and bool(self._serving.members),
             watched=sorted(self._down_keys),
         )
+
+    def read_clock(self, window: StepWindow) -> StepWindow:
+        """``window`` on the store's clock, measured again when due; ``otel_bridge/clock_offset_s`` says the offset
+        and a WARNING (rate-limited) when it is beyond ``prometheus.max_clock_offset_s``. A failed measurement keeps
+        the last offset (counted in ``otel_bridge/query_errors``, logged)."""
+        clock = self.setup.clock
+        try:
+            clock.refresh()
+        except PrometheusError as exc:
+            self._health.count(QUERY_ERRORS)
+            self.warn.warning(
+                "clock-offset-unmeasured",
+                "measuring prometheus.url's clock failed, the last offset (%.3fs) stays: %s",
+                clock.offset_s,
+                exc,
+            )
+        self._health.set(CLOCK_OFFSET, clock.offset_s)
+        if clock.beyond_bound:
+            self.warn.warning(
+                "clock-offset",
+                "prometheus.url's clock is %+.3fs from this process' (measured to +-%.3fs), beyond "
+                "prometheus.max_clock_offset_s (%gs): each window is asked at the store's times, moved by the offset "
+                "(reported in %s); synchronise the clocks (NTP) of the trainer's and the store's nodes",
+                clock.offset_s,
+                clock.precision_s,
+                clock.max_offset_s,
+                CLOCK_OFFSET,
+            )
+        return clock.to_store(window)
 
     def await_arrivals(self, window: StepWindow) -> float | None:
         """With no target known (the series arrive by remote write: the collector's, the trainer's own), wait until
@@ -133,7 +171,7 @@ class StoreReader:
         # sample coming and must not hold every later window until the deadline.
         span = promql.duration(max(min(window.end - window.start, 1.5 * interval_s), 0.001))
         while not self.closed.is_set():
-            now = time.time()
+            now = setup.clock.now()
             if now >= deadline:  # a window of the past (or one waited for long enough): nothing to ask
                 return now
             after = now - window.end
@@ -147,13 +185,13 @@ class StoreReader:
                 if not result.series or result.series[0].samples[-1][1] == 0:
                     return now
             self.closed.wait(min(_ARRIVAL_POLL_S, max(deadline - now, 0.0)) or _ARRIVAL_POLL_S)
-        return time.time()
+        return setup.clock.now()
 
     def wait_until_stored(self, t: float, delay_s: float | None = None) -> None:
-        """Wait until every scrape that started at or before ``t`` is stored (``delay_s`` after it: by default the
-        targets' storing delay; a source whose own writes take longer says so)."""
+        """Wait until every scrape that started at or before ``t`` (the store's time) is stored (``delay_s`` after it:
+        by default the targets' storing delay; a source whose own writes take longer says so)."""
         delay = self.setup.schedule.storing_delay_s if delay_s is None else delay_s
-        remaining = t + delay + self.setup.store.storing_delay_s + _STORED_SLACK_S - time.time()
+        remaining = t + delay + self.setup.store.storing_delay_s + _STORED_SLACK_S - self.setup.clock.now()
         if remaining > 0:
             self.closed.wait(remaining)
 
@@ -204,11 +242,11 @@ class StoreReader:
     def reading(self, plan: WindowPlan, answer: WindowAnswer) -> WindowReading:
         """The window's metrics from ``answer``, and its report (lag, unread members, missing metrics); Prometheus'
         failed scrapes are counted as they are found."""
-        window = plan.window
+        window = self.setup.clock.to_trainer(plan.window)
         unread: list[UnreadTarget] | None = None
         new: set[str] = set()
         if not self._scrapes_name_members and self._serving.members:
-            unread, new = self._unread(answer.unread, window)
+            unread, new = self._unread(answer.unread, plan.window)  # up samples: the store's times
         self._report_targets(answer, plan, said=new)
         metrics: list[Metric] = []
         report = WindowReport(window, "Prometheus", lag_s=answer.lag_s or 0.0, unread=unread)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -142,17 +141,19 @@ class RecordingRulesSource:
         # The window that ended last at or before this start (a step's, or one of its phases').
         previous = max(((end, t) for end, t in self._ends.items() if end <= window.start), default=None)
         closing = window.end + schedule.interval_s + schedule.storing_delay_s if plan.close_at > window.end else None
+        clock = reader.setup.clock  # the plan's times are the store's
+        budget_end += clock.offset_s
         # The last window waits as long as the step's budget allows: nothing after it would count what it misses.
         deadline = budget_end if closing is not None else plan.close_at + _RULES_WAIT_INTERVALS * self.rules.interval_s
         deadline = min(deadline, budget_end)
         while True:
             times = plan.read_rule_times(
-                reader.client.query(plan.rule_times_expression(start=True), time=max(time.time(), plan.close_at))
+                reader.client.query(plan.rule_times_expression(start=True), time=max(clock.now(), plan.close_at))
             )
             latest = times.get("latest")
-            if (latest is not None and latest > plan.close_at) or time.time() >= deadline or reader.closed.is_set():
+            if (latest is not None and latest > plan.close_at) or clock.now() >= deadline or reader.closed.is_set():
                 break
-            reader.closed.wait(min(_RULES_POLL_S, max(deadline - time.time(), 0.0)) or _RULES_POLL_S)
+            reader.closed.wait(min(_RULES_POLL_S, max(deadline - clock.now(), 0.0)) or _RULES_POLL_S)
         end = times.get("end")
         if closing is not None and latest is not None and (end is None or end < closing) and latest >= closing:
             # The last window, whose evaluations ran late or were skipped: the last stored one holds every target's

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_bridge.errors import BackendError
-from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
+from otel_bridge.exporters.backends.options import BackendOptions, PathOption, of_another_run, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
 _log = logging.getLogger(__name__)
@@ -165,11 +165,11 @@ class JsonlOptions(BackendOptions):
 
 
 def create_jsonl_backend(options: Mapping[str, Any], run_dir: Path) -> JsonlBackend:
-    """The ``jsonl`` tracker: one JSON object per step written to ``path``, a new file: a file that already holds
-    records (an earlier run's, at a ``path`` outside the run directory) is refused, since a run never appends to
-    another run's file."""
+    """The ``jsonl`` tracker: one JSON object per step written to ``path``. A file outside the run directory that
+    already holds records (an earlier run's) is refused, since a run never appends to another run's file; inside it,
+    the run is its own (a new run's directory is new; a resumed run, ``run.resume``, appends to its file)."""
     path = under(run_dir, parse_options("jsonl", JsonlOptions, options).path)
-    if path.is_file() and path.stat().st_size > 0:
+    if of_another_run(run_dir, path) and path.is_file() and path.stat().st_size > 0:
         raise BackendError(
             f"jsonl: {path} already holds an earlier run's records, and a run never appends to another run's file: "
             "move or remove it, or give this run a file of its own (the tracker's path; for verl's `file` logger, "

@@ -85,3 +85,9 @@ StrMapping = Annotated[dict[str, Any], BeforeValidator(_str_mapping)]
 def under(run_dir: Path, path: Path) -> Path:
     """``path``, a relative one taken under ``run_dir``."""
     return path if path.is_absolute() else run_dir / path
+
+
+def of_another_run(run_dir: Path, path: Path) -> bool:
+    """Whether what ``path`` holds may be another run's: it lies outside ``run_dir``. Inside it, it is this run's own
+    (a new run's directory is new; a resumed run, ``run.resume``, continues its own directory)."""
+    return not path.resolve().is_relative_to(run_dir.resolve())

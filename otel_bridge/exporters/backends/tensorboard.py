@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_bridge.errors import BackendError, ConfigError, install_hint
-from otel_bridge.exporters.backends.options import BackendOptions, PathOption, parse_options, under
+from otel_bridge.exporters.backends.options import BackendOptions, PathOption, of_another_run, parse_options, under
 from otel_bridge.exporters.record import StepRecord
 
 _log = logging.getLogger(__name__)
@@ -111,9 +111,10 @@ class TensorBoardOptions(BackendOptions):
 
 def create_tensorboard_backend(options: Mapping[str, Any], run_dir: Path) -> TensorBoardBackend:
     """The ``tensorboard`` tracker: scalar summaries in an event file under ``logdir``, a directory no other run
-    wrote events into (TensorBoard would show both runs' events as one run)."""
+    wrote events into (TensorBoard would show both runs' events as one run); inside the run directory, the events
+    are this run's (a resumed run, ``run.resume``, adds its event file beside them, shown as the one run it is)."""
     logdir = under(run_dir, parse_options("tensorboard", TensorBoardOptions, options).logdir)
-    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
+    if of_another_run(run_dir, logdir) and logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
         raise BackendError(
             f"tensorboard: {logdir} already holds an earlier run's event files, and TensorBoard would show this run's "
             "steps interleaved with them as one run: give this run a logdir of its own (the tracker's logdir; for "

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -444,10 +444,19 @@ def possible_increases(query: MetricQuery, increases: Increases) -> tuple[Increa
 
 
 def possible_points(points: Sequence[StatPoint]) -> tuple[list[StatPoint], int]:
-    """``points`` without the idle seconds no window can have (negative, NaN or infinite), and how many that left
-    out: a device is idle between none and all of a window's seconds."""
-    kept = [p for p in points if p.stat != IDLE_STAT or (math.isfinite(p.value) and p.value >= 0.0)]
-    return kept, len(points) - len(kept)
+    """``points`` without those no window can have, and how many label groups that left out: idle seconds that are
+    negative, NaN or infinite (a device is idle between none and all of a window's seconds), and every statistic of a
+    group answered more than once (a statistic aggregated by the metric's ``by`` labels has one value per group: a
+    store answering several, unaggregated series under one group, holds none of them right)."""
+    seen = Counter((p.stat, p.group) for p in points)
+    repeated = {key for key, count in seen.items() if count > 1}
+    kept = [
+        p
+        for p in points
+        if (p.stat, p.group) not in repeated and (p.stat != IDLE_STAT or (math.isfinite(p.value) and p.value >= 0.0))
+    ]
+    idle_wrong = sum(1 for p in points if (p.stat, p.group) not in repeated) - len(kept)
+    return kept, len(repeated) + idle_wrong
 
 
 def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> Increases | None:

@@ -17,7 +17,17 @@ import pytest
 from otel_bridge import Bridge
 from tests.faults.support import base_config
 from tests.helpers.backends import BackendDouble
-from tests.helpers.large_answers import DROPPED, KEY, METRICS, RAISED_CAPS, VALUE, LargeStore, busy_training
+from tests.helpers.large_answers import (
+    ANSWER_ERRORS,
+    DROPPED,
+    KEY,
+    METRICS,
+    RAISED_CAPS,
+    UNAGGREGATED,
+    VALUE,
+    LargeStore,
+    busy_training,
+)
 
 # A million series take minutes to decode and reduce on a loaded 2-core machine, the child niced below the busy trainer.
 pytestmark = pytest.mark.timeout(900)
@@ -46,6 +56,33 @@ def test_the_training_thread_never_waits_on_a_million_series_answer(tmp_path: Pa
     by_step = collecting.by_step()
     assert [by_step[s].get(KEY) for s in range(STEPS)] == [VALUE] * STEPS
     assert [by_step[s].get(DROPPED) for s in range(STEPS)] == [SERIES - 99] * STEPS  # every step read the whole answer
+    assert times.worst_s < MAX_BLOCK_S, (
+        f"the training thread was held {times.worst_s:.3f} s in one call (delivery.max_block_s {MAX_BLOCK_S})"
+    )
+
+
+def test_a_store_answering_an_aggregate_with_unaggregated_series_is_an_answer_error(tmp_path: Path) -> None:
+    """The gauge read without ``by`` has one value a step; a store answering 100,000 series for it (one per pod)
+    gives no right value: none is recorded, the group is counted in ``otel_bridge/answer_errors``, and the
+    100,000 points never travel to the trainer's process (where their unpickling held its thread 4.3-8.6 s)."""
+    store = LargeStore(SERIES // 10)
+    collecting = BackendDouble()
+    prometheus = {"url": store.server.url, "retries": 0, "scrape_interval_s": 1.0, "timeout_s": 60, **RAISED_CAPS}
+    config = base_config(
+        tmp_path,
+        "unaggregated",
+        prometheus=prometheus,
+        metrics=UNAGGREGATED,
+        delivery={"produce_timeout_s": 300, "max_block_s": MAX_BLOCK_S},
+    )
+    try:
+        with Bridge.from_config(config, backends=[collecting]) as bridge:
+            times = busy_training(bridge, store, STEPS)
+    finally:
+        store.close()
+    record = collecting.by_step()[0]
+    assert "rollout/vllm/num_requests_running/max" not in record
+    assert record.get(ANSWER_ERRORS) == 1.0
     assert times.worst_s < MAX_BLOCK_S, (
         f"the training thread was held {times.worst_s:.3f} s in one call (delivery.max_block_s {MAX_BLOCK_S})"
     )

@@ -27,6 +27,9 @@ KEY = "rollout/vllm/num_requests_running/max/pod.p0000000"
 """The first pod's key: the metric is read ``by: [pod]``, its groups beyond ``max_groups`` folded in the reduction."""
 DROPPED = "otel_bridge/groups_dropped/metric.vllm_num_requests_running"
 METRICS = [{"name": GAUGE, "type": "gauge", "stats": ["max"], "by": ["pod"]}]
+UNAGGREGATED = [{"name": GAUGE, "type": "gauge", "stats": ["max"]}]
+"""The same gauge read without ``by``: one value a step, which the store answers with a series per pod instead."""
+ANSWER_ERRORS = "otel_bridge/answer_errors/metric.vllm_num_requests_running"
 VALUE = 3.0
 RAISED_CAPS = {"max_series": 2_000_000, "max_samples": 3_000_000, "max_response_bytes": 200_000_000}
 """The ``prometheus`` caps a user with a large cluster raises to (the largest the issue's figures used)."""
@@ -54,6 +57,9 @@ class LargeStore:
         if request.path.endswith("/buildinfo"):
             return prom_success({"version": "2.42.0", "revision": "", "branch": "", "goVersion": "go1.19"})
         query = request.param("query") or ""
+        if query == "time()":  # the store's clock, as Prometheus answers it
+            now = time.time()
+            return prom_success({"resultType": "scalar", "result": [now, repr(now)]})
         if "otel_bridge_q" not in query or "unless count_over_time" in query:
             return prom_success({"resultType": "vector", "result": []})
         self.asked.set()

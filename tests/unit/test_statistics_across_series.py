@@ -330,5 +330,14 @@ def test_a_histograms_sum_may_fall_but_a_bucket_may_not() -> None:
 
 
 def test_negative_idle_seconds_are_left_out() -> None:
-    points = [StatPoint("idle_seconds", (), -49.0), StatPoint("idle_seconds", (), 3.0), StatPoint("max", (), -1.0)]
+    gpu0, gpu1 = (("gpu", "0"),), (("gpu", "1"),)
+    points = [StatPoint("idle_seconds", gpu0, -49.0), StatPoint("idle_seconds", gpu1, 3.0), StatPoint("max", (), -1.0)]
     assert possible_points(points) == ([points[1], points[2]], 1)
+
+
+def test_a_group_answered_more_than_once_is_left_out_whole() -> None:
+    """An aggregated statistic has one value per group: several (unaggregated series) hold none right."""
+    gpu0, gpu1 = (("gpu", "0"),), (("gpu", "1"),)
+    points = [StatPoint("max", gpu0, 3.0), StatPoint("max", gpu0, 5.0), StatPoint("max", gpu1, 1.0)]
+    points.append(StatPoint("mean", gpu0, 2.0))
+    assert possible_points(points) == ([points[2], points[3]], 1)

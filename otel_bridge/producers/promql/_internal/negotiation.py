@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from otel_bridge.config import BoundaryMode, RulesMode
-from otel_bridge.errors import ConfigError, ScrapeError
+from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
 from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.checks import check_expressions, check_names, resolve_kind
@@ -35,7 +35,7 @@ from otel_bridge.producers.promql._internal.sources.exact_increase import ExactI
 from otel_bridge.producers.promql._internal.sources.recording_rules import RecordingRulesSource
 from otel_bridge.producers.promql._internal.sources.samples import SamplesSource
 from otel_bridge.producers.promql._internal.store import Store, detect_store
-from otel_bridge.producers.promql._internal.store_clock import StoreClock
+from otel_bridge.producers.promql._internal.store_clock import REMEASURE_S, StoreClock
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
 from otel_bridge.producers.promql._internal.targets import (
     ServingTargets,
@@ -122,7 +122,15 @@ def negotiate(
         store=store,
     )
     clock = StoreClock(client, max_offset_s=max_clock_offset_s)
-    clock.measure()
+    try:
+        clock.measure()
+    except PrometheusError as exc:  # a store that cannot evaluate time(): its windows go uncorrected, said so
+        _log.warning(
+            "%s; the windows are asked at this process' times, uncorrected for any clock offset, and records carry "
+            "no otel_bridge/clock_offset_s until a later measurement succeeds (every %gs)",
+            exc,
+            REMEASURE_S,
+        )
     primary = sorted({n for i in counting for n in primary_names(resolved[i])})
     gauges = sorted({q.name for q in resolved if q.kind == "gauge" and q.name and q.ratio is None})
     # The scrape interval matters to gauges too (a short step may hold no sample of them).

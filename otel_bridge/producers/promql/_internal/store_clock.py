@@ -72,6 +72,11 @@ class StoreClock:
             self.measure()
 
     @property
+    def measured(self) -> bool:
+        """Whether a measurement has succeeded (until then the offset is taken as 0, unknown)."""
+        return math.isfinite(self.precision_s)
+
+    @property
     def beyond_bound(self) -> bool:
         """Whether the offset is larger than ``prometheus.max_clock_offset_s``."""
         return abs(self.offset_s) > self.max_offset_s

@@ -140,7 +140,8 @@ class StoreReader:
                 clock.offset_s,
                 exc,
             )
-        self._health.set(CLOCK_OFFSET, clock.offset_s)
+        if clock.measured:
+            self._health.set(CLOCK_OFFSET, clock.offset_s)
         if clock.beyond_bound:
             self.warn.warning(
                 "clock-offset",
@@ -284,14 +285,16 @@ class StoreReader:
 
     def _answer_error(self, query: MetricQuery, groups: int, window: StepWindow) -> None:
         """The store answered figures no window can have for ``groups`` label groups of ``query`` (a negative or
-        non-finite counter increase, negative idle seconds): a wrong answer, not a value. They are left out of the
+        non-finite counter increase, negative idle seconds, several values of one group's aggregated statistic): a
+        wrong answer, not a value. They are left out of the
         step (never fabricated), counted in ``otel_bridge/answer_errors{metric}`` and named in a WARNING
         (rate-limited)."""
         self._health.count(ANSWER_ERRORS, float(groups), labels={"metric": query.key_name})
         self.warn.warning(
             f"answer-error:{query.key_name}",
             "step %d: prometheus.url (%s) answered figures no window can have for %d label group(s) of metric %s "
-            "(%s): a negative or non-finite increase of a counter, or negative idle seconds; they are left out of "
+            "(%s): a negative or non-finite increase of a counter, negative idle seconds, or several values of one "
+            "group's aggregated statistic; they are left out of "
             "the step, counted in %s; the store's answers are wrong: check its version and what sits in front of it",
             window.step,
             self.setup.store.name,

@@ -1,11 +1,12 @@
 """Soak test: fast training steps with faults injected, watching resources and delivery (not part of ``make test``).
 
     python -m soak.soak [--steps 20000] [--step-sleep-s 0.004] [--scrape-steps 200] [--disk-steps 300]
-                        [--sigterm-rounds 8] [--child-steps 60] [--churn-steps 1000] [--seed 14]
+                        [--sigterm-rounds 8] [--child-steps 60] [--churn-steps 1000] [--clock-steps 300]
+                        [--seed 14]
                         [--require-all-faults]
                         [--out soak/results]
 
-Six parts, one after the other (see soak/README.md):
+Seven parts, one after the other (see soak/README.md):
 
 1. PromQL path, ``--steps`` fast steps: replica restarts, a replica endpoint down, Prometheus down, a flaky backend;
    RSS, threads and fds watched (``soak/promql_faults.py``).
@@ -19,6 +20,8 @@ Six parts, one after the other (see soak/README.md):
    trainer is SIGKILLed, ``--child-steps`` each (``soak/child_faults.py``).
 6. Target churn: scrape targets joining and leaving through Ray's service-discovery file while steps outrun the
    worker, ``--churn-steps`` (``soak/target_churn.py``).
+7. Clock offset: trainer processes under libfaketime, Prometheus 20 s ahead of one and 5 s behind the other,
+   ``--clock-steps`` each (``soak/clock_offset.py``; without libfaketime reported as skipped).
 
 The result, ``<out>/soak-<UTC time>.json``, has one entry per fault: delivered / expected / duplicates per backend over
 the fault's window, figures, and named checks. The process exits 1 when any check fails (also a skipped part with
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from soak.child_faults import run_child_faults
+from soak.clock_offset import run_clock_offset
 from soak.disk_full import run_disk_full
 from soak.promql_faults import run_promql_faults
 from soak.scrape_faults import run_scrape_faults
@@ -83,7 +87,7 @@ def short(faults: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the six parts and return the results (also written under ``args.out``)."""
+    """Run the seven parts and return the results (also written under ``args.out``)."""
     started = time.monotonic()
     faults: dict[str, dict[str, Any]] = {}
     elapsed: dict[str, float] = {}
@@ -108,6 +112,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         faults.update(run_target_churn(args.churn_steps, args.churn_step_sleep_s, tmp / "churn"))
         elapsed["target_churn"] = time.monotonic() - t
+        t = time.monotonic()
+        faults.update(run_clock_offset(args.clock_steps, args.clock_step_sleep_s, tmp / "clock"))
+        elapsed["clock_offset"] = time.monotonic() - t
     results: dict[str, Any] = {
         "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child-step-sleep-s", type=float, default=0.05, help="simulated work per step, part 5")
     parser.add_argument("--churn-steps", type=int, default=1000, help="steps of part 6 (target churn)")
     parser.add_argument("--churn-step-sleep-s", type=float, default=0.01, help="simulated work per step, part 6")
+    parser.add_argument("--clock-steps", type=int, default=300, help="steps of each trainer in part 7 (clock offset)")
+    parser.add_argument("--clock-step-sleep-s", type=float, default=0.02, help="simulated work per step, part 7")
     parser.add_argument("--seed", type=int, default=14, help="seed of the random SIGTERM points")
     parser.add_argument("--require-all-faults", action="store_true", help="fail when a part had to be skipped")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -151,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         ("sigterm_rounds", 1),
         ("child_steps", 6),
         ("churn_steps", 80),
+        ("clock_steps", 2),
     ):
         if getattr(args, option) < least:
             parser.error(f"--{option.replace('_', '-')} must be at least {least} (every fault needs its window)")

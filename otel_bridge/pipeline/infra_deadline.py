@@ -30,13 +30,14 @@ class InfraDeadline:
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._done: threading.Event | None = None  # set when the last production's work has returned or raised
         self._wake: threading.Event | None = None
 
     @property
     def busy(self) -> bool:
-        """An earlier step's production is still running (it overran its deadline)."""
-        return self._thread is not None and self._thread.is_alive()
+        """An earlier step's production is still running (it overran its deadline). Its work's end, not its thread's:
+        a thread may still be exiting after its work returned (seen under libfaketime), and that step is over."""
+        return self._done is not None and not self._done.is_set()
 
     def run(self, work: Callable[[], T], timeout_s: float | None = None) -> T | None:
         """``work()``'s result, or ``None`` when it did not finish in time (``timeout_s``, default the instance's),
@@ -47,6 +48,7 @@ class InfraDeadline:
         error: list[BaseException] = []
         waiting = [True]
         wake = threading.Event()
+        done = threading.Event()
 
         def target() -> None:
             try:
@@ -57,12 +59,13 @@ class InfraDeadline:
                     if not waiting[0]:
                         _log.warning("otel-bridge: %s failed after its deadline: %s: %s", name, type(exc).__name__, exc)
             finally:
+                done.set()
                 wake.set()
 
         name = getattr(work, "__name__", "infrastructure work")
         thread = threading.Thread(target=suppressing(target), name="otel-bridge-infra", daemon=True)
         with self._lock:
-            self._thread, self._wake = thread, wake
+            self._done, self._wake = done, wake
         thread.start()
         wake.wait(self.timeout_s if timeout_s is None else timeout_s)
         with self._lock:

@@ -31,7 +31,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 import requests
 import urllib3
@@ -106,6 +106,26 @@ class TransportError(Exception):
         self.status_code = status_code
         self.timed_out = timed_out
         self.tls = tls
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its fields (a producer's child process sends it, as the ``cause`` of its error, to the parent)."""
+        fields = (self.kind, self.reason, self.url, self.status_code, self.timed_out, self.tls, self.cause)
+        return (_rebuilt_transport_error, fields)
+
+
+def _rebuilt_transport_error(
+    kind: FailureKind,
+    reason: str,
+    url: str,
+    status_code: int | None,
+    timed_out: bool,
+    tls: Literal["verify", "handshake"] | None,
+    cause: BaseException | None,
+) -> TransportError:
+    """A :class:`TransportError` from its pickled fields, raised ``from None`` as every one is."""
+    error = TransportError(kind, reason, url=url, status_code=status_code, timed_out=timed_out, tls=tls, cause=cause)
+    error.__suppress_context__ = True
+    return error
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,10 @@ class ProducerProcess:
     :class:`~otel_bridge.producers.promql.PromQLProcess`) says which requests it makes.
 
     ``options`` are the child's producer's arguments (picklable); ``health`` is this process' :class:`Health`, kept
-    current from the child's. The child is started and its producer built here: the build's errors raise here.
+    current from the child's. The child is started here and builds its producer meanwhile, without this call waiting
+    for it (the child's interpreter takes a moment to start, which a bridge's start-up under ``startup: degrade`` must
+    not spend outside its time box): the build's errors raise from the first request that needs the producer
+    (:meth:`ready`; a wing's ``start()``), and from every later one.
     """
 
     def __init__(
@@ -113,20 +116,29 @@ class ProducerProcess:
         self._sender = threading.Thread(target=self._send, name=f"otel-bridge-{kind.what}-requests", daemon=True)
         self._sender.start()
         levels = {"": logging.getLogger().getEffectiveLevel(), "otel_bridge": _log.getEffectiveLevel()}
-        try:
-            self.call("init", {"log_levels": levels, "options": options}, start_timeout_s)
-        except BaseException:
-            self.close()
-            raise
+        self._start_timeout_s = start_timeout_s
+        self._init = self._submit("init", {"log_levels": levels, "options": options})
 
     @property
     def pid(self) -> int:
         """The child's process id."""
         return self._process.pid
 
+    def ready(self) -> None:
+        """Wait until the child has built its producer (at most the start-up timeout); its build's error raises here,
+        now and at every later call."""
+        self._result("init", *self._init, self._start_timeout_s)
+
     def call(self, kind: str, payload: Any, timeout_s: float) -> Any:
-        """The child's answer to request ``kind``: its error raised here (the same error; one that does not pickle as
-        the nearest of :data:`_RAISED`), the kind's ``error`` when it is gone or does not answer in ``timeout_s``."""
+        """The child's answer to request ``kind`` (once its producer is built: :meth:`ready`): its error raised here
+        (the same error; one that does not pickle as the nearest of :data:`_RAISED`), the kind's ``error`` when it is
+        gone or does not answer in ``timeout_s``."""
+        if kind != "close":
+            self.ready()
+        return self._result(kind, *self._submit(kind, payload), timeout_s)
+
+    def _submit(self, kind: str, payload: Any) -> tuple[int, Future[Any]]:
+        """Send request ``kind``; its answer comes to the returned future (:meth:`_result`)."""
         future: Future[Any] = Future()
         with self._lock:
             if self._gone is not None:
@@ -136,6 +148,10 @@ class ProducerProcess:
         # This thread may wait for room in the pipe. OSError: the child is gone, the reader fails the future with why.
         with contextlib.suppress(OSError):
             self._writer.send((kind, request, payload))
+        return request, future
+
+    def _result(self, kind: str, request: int, future: Future[Any], timeout_s: float) -> Any:
+        """The answer to request ``kind`` (see :meth:`call`)."""
         try:
             ok, value = future.result(timeout=timeout_s)
         except FutureTimeout:
@@ -143,12 +159,13 @@ class ProducerProcess:
                 f"{self._kind.what} (pid {self._process.pid}) did not answer {kind} within {timeout_s:.0f}s"
             ) from None
         finally:
-            with self._lock:
-                self._pending.pop(request, None)
+            if future.done() or kind != "init":  # the build's answer stays awaited for the next ready()
+                with self._lock:
+                    self._pending.pop(request, None)
         if ok:
             return value
         if isinstance(value, BaseException):
-            raise value
+            raise value from None  # one traceback, as in the child: its lower-level errors stay as its ``cause``
         ancestry, message = value
         raised = next((e for name in ancestry for e in _RAISED if e.__name__ == name), self._kind.error)
         raise raised(message)

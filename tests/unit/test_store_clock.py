@@ -53,3 +53,27 @@ def test_a_store_answering_no_number_for_its_time_is_an_error() -> None:
         clock = StoreClock(connect(PrometheusConfig(url=server.url)), max_offset_s=1.0)
         with pytest.raises(PrometheusError, match="time"):
             clock.measure()
+
+
+def test_an_offset_the_measurement_cannot_tell_from_none_is_none() -> None:
+    """One machine's clock, answered to the millisecond: the measured offset is within its precision, so the windows
+    are asked exactly at the trainer's times (moved by a fraction of a millisecond, a sample on a boundary would
+    change sides)."""
+    with ScriptedHTTPServer(SkewedStore(0.0)) as server:
+        clock = StoreClock(connect(PrometheusConfig(url=server.url)), max_offset_s=1.0)
+        clock.measure()
+        assert clock.measured
+        assert clock.offset_s == 0.0
+        window = StepWindow(3, 100.0, 101.5)
+        assert clock.to_store(window) == window
+
+
+def test_a_store_whose_clock_cannot_be_read_is_not_asked() -> None:
+    """VictoriaMetrics answers time() at now less its -search.latencyOffset: its clock is not measured at all."""
+    with ScriptedHTTPServer(SkewedStore(-30.0)) as server:
+        clock = StoreClock(connect(PrometheusConfig(url=server.url)), max_offset_s=1.0, unreadable="latency offset")
+        clock.measure()
+        clock.refresh()
+        assert not clock.measured
+        assert clock.offset_s == 0.0
+        assert server.requests == []

@@ -121,7 +121,14 @@ def negotiate(
         counters=counters_for(store),
         store=store,
     )
-    clock = StoreClock(client, max_offset_s=max_clock_offset_s)
+    clock = StoreClock(client, max_offset_s=max_clock_offset_s, unreadable=store.clock)
+    if store.clock is not None:
+        _log.info(
+            "%s: its clock is not measured (%s): the windows are asked at this process' times, and records carry no "
+            "otel_bridge/clock_offset_s",
+            store.name,
+            store.clock,
+        )
     try:
         clock.measure()
     except PrometheusError as exc:  # a store that cannot evaluate time(): its windows go uncorrected, said so

@@ -67,6 +67,9 @@ class Store:
     storing_delay_s: float = 0.0
     rules: str | None = None
     """Why the store cannot run otel-bridge's recording rules (``None``: it may, as Prometheus does)."""
+    clock: str | None = None
+    """Why the store's clock cannot be read through ``time()`` (``None``: an instant query of ``time()`` without a
+    time answers its clock now, as Prometheus' does)."""
     known_from_sources: bool = False
     """What the bridge knows of this product comes from its sources and documentation, not from a test here."""
     notes: tuple[str, ...] = field(default=())
@@ -160,6 +163,10 @@ def _victoria_metrics(client: PrometheusClient, flags: Mapping[str, str]) -> Sto
         max_query_bytes=max_bytes,
         max_query_setting="VictoriaMetrics' -search.maxQueryLen",
         storing_delay_s=VICTORIAMETRICS_FLUSH_S,
+        clock=(
+            "VictoriaMetrics answers an instant query without a time at now less its -search.latencyOffset (time() "
+            "was 30 s behind its clock with the defaults)"
+        ),
         rules=(
             "VictoriaMetrics runs no recording rules itself (vmalert evaluates them and writes the results back, on "
             "its own schedule; without -vmalert.proxyURL its /api/v1/rules answers an empty list), and it needs none "

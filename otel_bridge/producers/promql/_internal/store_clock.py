@@ -23,18 +23,22 @@ __all__ = ["REMEASURE_S", "StoreClock"]
 
 REMEASURE_S = 60.0  # how often the offset is measured again while the run lasts
 _SAMPLES = 3  # requests per measurement; the one with the shortest round trip is kept
+_RESOLUTION_S = 0.001  # Prometheus renders time() to the millisecond
 
 
 class StoreClock:
     """The store's clock as seen from this process (see the module docstring).
 
     ``offset_s``: the store's clock minus this process' clock (positive: the store is ahead). ``precision_s``: how far
-    off the offset may be (half the kept round trip). ``max_offset_s``: ``prometheus.max_clock_offset_s``, beyond
-    which the reader warns.
+    off the offset may be (half the kept round trip, and half a millisecond of the answer's rounding).
+    ``max_offset_s``: ``prometheus.max_clock_offset_s``, beyond which the reader warns.
     """
 
-    def __init__(self, client: PrometheusClient, *, max_offset_s: float) -> None:
+    def __init__(self, client: PrometheusClient, *, max_offset_s: float, unreadable: str | None = None) -> None:
+        """``unreadable``: why the store's clock cannot be read (``Store.clock``): nothing is measured, the offset
+        stays 0 and unmeasured."""
         self._client = client
+        self._unreadable = unreadable
         self.max_offset_s = max_offset_s
         self.offset_s = 0.0
         self.precision_s = math.inf
@@ -44,6 +48,8 @@ class StoreClock:
         """Measure the offset now (kept when it differs from the last by no more than the two measurements' precision);
         raises :class:`PrometheusError` when the store cannot be asked or answers no
         number."""
+        if self._unreadable is not None:
+            return
         best: tuple[float, float] | None = None  # (round trip, offset)
         for _ in range(_SAMPLES):
             sent = time.time()
@@ -58,7 +64,9 @@ class StoreClock:
             if best is None or trip < best[0]:
                 best = (trip, store_time - (sent + received) / 2)
         assert best is not None
-        precision, offset = best[0] / 2, best[1]
+        precision, offset = best[0] / 2 + _RESOLUTION_S / 2, best[1]
+        if abs(offset) <= precision:  # not told apart from none (one machine's clock): windows are not moved by noise
+            offset = 0.0
         self._measured_at = time.monotonic()
         if math.isinf(self.precision_s) or abs(offset - self.offset_s) > precision + self.precision_s:
             # Only a change the measurements can tell apart moves the windows: a jitter of a millisecond would open

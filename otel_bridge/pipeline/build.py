@@ -62,12 +62,13 @@ def _promql_producer(
         "max_clock_offset_s": prom.max_clock_offset_s,
     }
     if prom.isolation == "process":
-        url = client.url
+        url, transport = client.url, client.transport  # the child goes out as checked here
         client.close()
         scrapes = None if tls is None else _boundary_scrape_options(config, tls)
         return PromQLProcess(
             prom,
             url,
+            transport,
             queries,
             health=health,
             boundary_scrapes=scrapes,

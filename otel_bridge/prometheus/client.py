@@ -75,6 +75,11 @@ class PrometheusClient:
         self._closed = False
         self._query_params: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def transport(self) -> TransportOptions:
+        """How this client's requests go out (it pickles: a producer's child builds its own client with it)."""
+        return self._options
+
     def add_query_params(self, params: Sequence[tuple[str, str]]) -> None:
         """Send ``params`` with every query from now on: what the store needs to answer a query at an exact time
         (VictoriaMetrics: ``nocache=1``, or it evaluates a query near now at ``now - search.latencyOffset``)."""

@@ -10,9 +10,10 @@ from typing import Any
 
 from otel_bridge.config import PrometheusConfig
 from otel_bridge.health import Health
+from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.isolation import serve
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql._internal.connect import client_for
+from otel_bridge.producers.promql._internal.connect import client_with
 from otel_bridge.producers.promql.producer import PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProducer, Scraper
 
@@ -22,11 +23,13 @@ def build(
     health: Health,
     prometheus: PrometheusConfig,
     url: str,
+    transport: TransportOptions,
     queries: Sequence[MetricQuery],
     boundary_scrapes: dict[str, Any] | None,
     **options: Any,
 ) -> PromQLProducer:
-    """The producer for ``url`` (already resolved by the parent) with the ``prometheus`` section's client; its boundary
+    """The producer for ``url`` (already resolved by the parent) with a client going out as the parent's did
+    (``transport``: its TLS and credentials checked, and warned about, there) and the section's caps; its boundary
     scrapes built with ``boundary_scrapes`` (the :class:`ScrapeProducer`'s options), when given."""
 
     def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> Scraper:
@@ -35,7 +38,8 @@ def build(
 
     scraper = boundary_scraper if boundary_scrapes is not None else None
     options.pop("produce_timeout_s")  # the parent's bound on this process' answers; each read keeps to its own budget
-    return PromQLProducer(client_for(prometheus, url), queries, boundary_scraper=scraper, health=health, **options)
+    client = client_with(prometheus, url, transport)
+    return PromQLProducer(client, queries, boundary_scraper=scraper, health=health, **options)
 
 
 if __name__ == "__main__":

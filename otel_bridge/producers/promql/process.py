@@ -18,6 +18,7 @@ from typing import Any
 from otel_bridge.config import BoundaryMode, PrometheusConfig
 from otel_bridge.errors import PrometheusError
 from otel_bridge.health import Health
+from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.isolation import ChildKind, IsolatedProducer
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.rules import RuleSet
@@ -29,8 +30,9 @@ _CHILD = ChildKind("otel_bridge.producers.promql.child", "the PromQL process", "
 class PromQLProcess(IsolatedProducer):
     """A :class:`~otel_bridge.producers.promql.PromQLProducer` in a child process (see the module docstring).
 
-    ``prometheus``: the section (the child builds its client from it, reading secrets from their environment variable
-    or file there); ``url``: the store's URL, resolved here (``url: auto``); ``boundary_scrapes``: the options of the
+    ``prometheus``: the section (its caps and plan options); ``url``: the store's URL, resolved here (``url: auto``);
+    ``transport``: how its requests go out, as checked here (TLS, credentials read from their environment variable or
+    file, warned about once): the child builds its client with it; ``boundary_scrapes``: the options of the
     :class:`~otel_bridge.producers.scrape.ScrapeProducer` the child's boundary scrapes use (picklable: a transport's
     options, intervals and caps), ``None`` with ``boundary: samples``; ``produce_timeout_s``: the longest a request
     to the child (its start-up, one window) may take before it is given up; the other options are the producer's.
@@ -40,6 +42,7 @@ class PromQLProcess(IsolatedProducer):
         self,
         prometheus: PrometheusConfig,
         url: str,
+        transport: TransportOptions,
         queries: Sequence[MetricQuery],
         *,
         health: Health | None = None,
@@ -51,7 +54,13 @@ class PromQLProcess(IsolatedProducer):
         self._boundary: BoundaryMode = options.get("boundary", "samples")
         self._rules: RuleSet | None = None
         self._store: Store | None = None
-        arguments = {"prometheus": prometheus, "url": url, "boundary_scrapes": boundary_scrapes, **options}
+        arguments = {
+            "prometheus": prometheus,
+            "url": url,
+            "transport": transport,
+            "boundary_scrapes": boundary_scrapes,
+            **options,
+        }
         super().__init__(
             _CHILD,
             queries,

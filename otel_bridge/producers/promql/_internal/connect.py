@@ -40,11 +40,17 @@ def client_for(prom: PrometheusConfig, url: str | None = None, *, user_agent: st
             "resolved by otel_bridge.producers.promql._internal.connect.connect)"
         )
     target = normalise_url(target)
+    return client_with(prom, target, transport_for(prom, target), user_agent=user_agent)
+
+
+def transport_for(prom: PrometheusConfig, url: str) -> TransportOptions:
+    """How requests to ``url`` go out by the section: its timeout, retries, body cap, TLS and credentials (read now,
+    checked in that order; a WARNING when TLS verification is off)."""
     bearer_token = prom.auth.bearer_token()
     basic_auth = prom.auth.basic_auth()
     check_credentials(bearer_token, basic_auth)
-    verify, cert = tls_arguments(prom.tls, "prometheus", f"Prometheus at {target}")
-    transport = TransportOptions(
+    verify, cert = tls_arguments(prom.tls, "prometheus", f"Prometheus at {url}")
+    return TransportOptions(
         timeout_s=prom.timeout_s,
         max_response_bytes=prom.max_response_bytes,
         retries=prom.retries,
@@ -54,8 +60,15 @@ def client_for(prom: PrometheusConfig, url: str | None = None, *, user_agent: st
         bearer_token=bearer_token,
         basic_auth=basic_auth,
     )
+
+
+def client_with(
+    prom: PrometheusConfig, url: str, transport: TransportOptions, *, user_agent: str = "otel-bridge"
+) -> PrometheusClient:
+    """A client for ``url`` whose requests go out as ``transport`` says (:func:`transport_for`, made where the
+    section was checked: a producer's child takes its parent's), with the section's caps."""
     return PrometheusClient(
-        target,
+        url,
         transport,
         max_series=prom.max_series,
         max_samples=prom.max_samples,

@@ -37,6 +37,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -93,28 +94,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     elapsed: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="otel-bridge-soak-") as name:
         tmp = Path(name)
-        t = time.monotonic()
         promql = run_promql_faults(args.steps, args.step_sleep_s, tmp / "promql", args.rss_tolerance_mb)
+        elapsed["promql"] = time.monotonic() - started
         faults.update(promql["faults"])
-        elapsed["promql"] = time.monotonic() - t
-        t = time.monotonic()
-        faults.update(run_scrape_faults(args.scrape_steps, args.scrape_step_sleep_s, tmp / "scrape"))
-        elapsed["scrape"] = time.monotonic() - t
-        t = time.monotonic()
-        faults.update(run_disk_full(args.disk_steps, args.disk_step_sleep_s, tmp / "disk"))
-        elapsed["disk_full"] = time.monotonic() - t
-        t = time.monotonic()
-        faults.update(run_sigterm(args.sigterm_rounds, args.seed, tmp / "sigterm"))
-        elapsed["sigterm"] = time.monotonic() - t
-        t = time.monotonic()
-        faults.update(run_child_faults(args.child_steps, args.child_step_sleep_s, tmp / "child"))
-        elapsed["scrape_child"] = time.monotonic() - t
-        t = time.monotonic()
-        faults.update(run_target_churn(args.churn_steps, args.churn_step_sleep_s, tmp / "churn"))
-        elapsed["target_churn"] = time.monotonic() - t
-        t = time.monotonic()
-        faults.update(run_clock_offset(args.clock_steps, args.clock_step_sleep_s, tmp / "clock"))
-        elapsed["clock_offset"] = time.monotonic() - t
+        parts: list[tuple[str, Callable[[], dict[str, dict[str, Any]]]]] = [
+            ("scrape", lambda: run_scrape_faults(args.scrape_steps, args.scrape_step_sleep_s, tmp / "scrape")),
+            ("disk_full", lambda: run_disk_full(args.disk_steps, args.disk_step_sleep_s, tmp / "disk")),
+            ("sigterm", lambda: run_sigterm(args.sigterm_rounds, args.seed, tmp / "sigterm")),
+            ("scrape_child", lambda: run_child_faults(args.child_steps, args.child_step_sleep_s, tmp / "child")),
+            ("target_churn", lambda: run_target_churn(args.churn_steps, args.churn_step_sleep_s, tmp / "churn")),
+            ("clock_offset", lambda: run_clock_offset(args.clock_steps, args.clock_step_sleep_s, tmp / "clock")),
+        ]
+        for part, run in parts:
+            t = time.monotonic()
+            faults.update(run())
+            elapsed[part] = time.monotonic() - t
     results: dict[str, Any] = {
         "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "elapsed_s": round(time.monotonic() - started, 1),

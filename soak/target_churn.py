@@ -39,7 +39,7 @@ SCRAPE_TIMEOUT_S = 1.0
 FORGET_S = 2 * REFRESH_S + 0.3
 """After a target is unlisted (and stopped: its scrapes are refused at once), by when every record's window began
 after the bridge had forgotten it: two refreshes of the file, scheduling slack."""
-CHURN = ([0], [0, 1], [1, 2], [], [2], [0, 2])
+CHURN: tuple[list[int], ...] = ([0], [0, 1], [1, 2], [], [2], [0, 2])
 """Which churners are listed in each period, in turn: joins, leaves, both at once, none."""
 
 

@@ -29,8 +29,8 @@ Cases:
   steps and five scrape intervals, then a new process counts from zero (the restart a real vLLM does: about a minute on
   a CPU node, shortened here); every path;
 - ``blocks``: ``with bridge.step(n)`` loops, each step ending and the next beginning at once, requests until each end;
-- ``*_busy``: the same on a saturated machine (two CPU-bound processes beside the test for the whole case, as on a
-  trainer node);
+- ``*_busy``: the same on a saturated machine (two CPU-bound processes beside the bridges from their start until
+  they are closed, as on a trainer node);
 - ``down``: one replica's HTTP server down for two steps (``auto`` only);
 - slow rules (``rules`` only, its own test): the rule group turns slow to evaluate after the bridge started, so its
   evaluations are stored seconds after the time they stand for.
@@ -124,6 +124,31 @@ CASES = (
     *(f"{case}_busy" for case in ("contiguous", "short_steps", "restart", "blocks")),
 )
 OUTAGES = ("outage", "outage_busy")
+
+
+def marked(cases: Sequence[str]) -> list[Any]:
+    """``cases`` as parameters, the ``*_busy`` ones marked ``saturates`` (they hold the machine, handed out first)."""
+    return [pytest.param(case, marks=pytest.mark.saturates) if case.endswith("_busy") else case for case in cases]
+
+
+def worker_group(test: str) -> str:
+    """The part of this module a test belongs to (tests/plugins/tiers.py): the run it reads. Each case runs once per
+    Prometheus version, in the worker that runs the tests reading it, so the runs spread over the workers; the
+    ``*_busy`` runs share one part, whose worker holds the machine while the others run the tests that need no
+    server."""
+    name, _, params = test.partition("[")
+    values = params.rstrip("]").split("-") if params else []
+    if name == "test_rules_stay_exact_when_their_evaluation_is_stored_late":
+        return f"slow_rules@{values[0]}"
+    case = next((v for v in values if v.removesuffix("_busy") in CASE_SPECS), None)
+    if case is None:  # tests of one case, named in their body
+        case = {"test_last_step_counts_the_traffic_until_its_end": "contiguous"}.get(name, "down")
+    if case.endswith("_busy"):
+        return "busy"
+    versions = [version_of(v) for v in values if "@" in v] + [v for v in values if v in PROMETHEUS_VERSIONS]
+    return f"{case}@{versions[0] if versions else version_of('scrape')}"  # the scrape path runs beside the first
+
+
 BUSY_PROCESSES = 2  # CPU-bound processes beside a *_busy case: the machine's two cores taken
 
 METRICS: list[dict[str, Any]] = [
@@ -226,12 +251,13 @@ def run_case(
     busy: bool = False,
     stores: Environment | None = None,
 ) -> Outcome:
-    """Start the servers, the bridges and the traffic, let ``drive`` run the steps, close everything; ``busy``: with
-    :data:`BUSY_PROCESSES` CPU-bound processes running from before the servers start until all is closed; ``stores``
-    starts the replicas and the stores scraping them (:func:`environment` by default)."""
+    """Start the servers, the bridges and the traffic, let ``drive`` run the steps, close everything. ``busy``:
+    :data:`BUSY_PROCESSES` CPU-bound processes run from when the servers answer (Prometheus has sampled them) until the
+    bridges are closed, so every boundary, read and delivery of the run is on a saturated machine. ``stores`` starts
+    the replicas and the stores scraping them (:func:`environment` by default)."""
     with (
-        CPULoad(BUSY_PROCESSES if busy else 0),
         (stores or environment)(workdir, interval_s) as (replicas, servers),
+        CPULoad(BUSY_PROCESSES if busy else 0),
         ExitStack() as stack,
         LogRecords("otel_bridge") as logged,
     ):
@@ -589,7 +615,7 @@ def report(outcome: Outcome, path: str, errors: list[str]) -> str:
 
 
 @pytest.mark.parametrize("path", AUTO)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", marked(CASES))
 def test_default_promql_steps_match_the_truth(case: str, path: str, outcome_of: Callable[[str, str], Outcome]) -> None:
     outcome = outcome_of(case, path)
     errors = step_errors(outcome, path, boundary_slack) + sum_errors(outcome, path)
@@ -599,7 +625,7 @@ def test_default_promql_steps_match_the_truth(case: str, path: str, outcome_of: 
 # -- the scrape path, the reference: the same checks -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", marked(CASES))
 def test_scrape_path_steps_match_the_truth(case: str, outcome_of: Callable[[str, str], Outcome]) -> None:
     outcome = outcome_of(case, "scrape")
     errors = step_errors(outcome, "scrape", boundary_slack) + sum_errors(outcome, "scrape")
@@ -610,7 +636,7 @@ def test_scrape_path_steps_match_the_truth(case: str, outcome_of: Callable[[str,
 
 
 @pytest.mark.parametrize("path", LAGGING)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", marked(CASES))
 def test_samples_boundary_is_within_the_reported_lag(
     case: str, path: str, outcome_of: Callable[[str, str], Outcome]
 ) -> None:
@@ -760,7 +786,7 @@ def outage_errors(outcome: Outcome, path: str) -> list[str]:
 
 
 @pytest.mark.parametrize("path", [*PATHS, *BOUNDARY_SCRAPE])
-@pytest.mark.parametrize("case", OUTAGES)
+@pytest.mark.parametrize("case", marked(OUTAGES))
 def test_a_target_that_comes_back_is_read_again_and_named_while_it_is_not(
     case: str, path: str, outcome_of: Callable[[str, str], Outcome]
 ) -> None:
@@ -770,7 +796,7 @@ def test_a_target_that_comes_back_is_read_again_and_named_while_it_is_not(
 
 
 @pytest.mark.parametrize("version", PROMETHEUS_VERSIONS)
-@pytest.mark.parametrize("case", OUTAGES)
+@pytest.mark.parametrize("case", marked(OUTAGES))
 def test_the_log_says_once_per_path_that_a_target_is_unread(
     case: str, version: str, outcome_of: Callable[[str, str], Outcome]
 ) -> None:

@@ -1,17 +1,27 @@
-"""The machine as a resource the parallel workers share: a test that saturates it on purpose takes it whole.
+"""The machine as a resource the parallel workers share: a test that saturates it on purpose takes it from every test
+that needs a server.
 
 The timing-sensitive truth tests run on a saturated machine on purpose (``*_busy`` cases: CPU-bound processes on
 every core, as on a trainer node), measuring what the bridge does there. With parallel workers
-(``make test PYTEST_WORKERS=2``) another worker's tests would run on that saturated machine too, unplanned, and the
-saturating test would share its cores with them: neither measures what it says. So every test runs holding the
-machine *shared*, and :func:`whole_machine` (which :class:`tests.helpers.cpu_load.CPULoad` enters) holds it
-*exclusively*: it waits until the tests running in other workers end, and their next tests wait until it is done.
+(``make test PYTEST_WORKERS=3``) another worker's server test (a window read from live traffic and a real Prometheus)
+would run on that saturated machine too, unplanned, and the saturating test would share its cores with it: neither
+measures what it says. So every test marked ``server`` (tests/plugins/tiers.py) runs holding the machine *shared*, and
+:func:`whole_machine` (which :class:`tests.helpers.cpu_load.CPULoad` enters) holds it *exclusively*: it waits until
+the server tests running in other workers end, and their next ones wait until it is done.
+
+The tests that need no server (the quick tier, ``make check``) hold nothing: they measure no wall-clock window against
+a store, only what the code computes, so they run beside a saturating test (one more CPU-bound process beside its
+hogs), and the workers the saturating test would leave idle run them meanwhile (tiers.py hands out the saturating
+groups first, then these).
+
+A test that enters :func:`whole_machine` is marked ``saturates`` (so tiers.py can schedule it first), or it fails,
+naming this module.
 
 Two ``flock`` locks in a directory of the run (one per ``pytest`` run, made by the controller and handed to the
-workers in :data:`LOCKS_ENV`): ``machine`` (shared per test, exclusive for a saturating block) and ``intent``, which a
-saturating block holds exclusively while it waits, and every test passes through before it takes ``machine``, so a
-waiting saturating block is not starved by the other workers' stream of tests. Without workers, everything is one
-process and no call waits.
+workers in :data:`LOCKS_ENV`): ``machine`` (shared per server test, exclusive for a saturating block) and ``intent``,
+which a saturating block holds exclusively while it waits, and every server test passes through before it takes
+``machine``, so a waiting saturating block is not starved by the other workers' stream of tests. Without workers,
+everything is one process and no call waits.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +41,7 @@ LOCKS_ENV = "OTEL_BRIDGE_TEST_LOCKS"
 
 _files: dict[str, int] = {}  # lock name -> this process' descriptor
 _exclusive = False
+_current: list[pytest.Item] = []  # the test running in this process
 
 
 def _fd(name: str) -> int | None:
@@ -47,12 +58,18 @@ def whole_machine() -> Iterator[None]:
     """Hold the machine exclusively (see the module docstring): no other worker runs a test meanwhile. Re-entrant in
     one process."""
     global _exclusive
+    item = _current[-1] if _current else None
+    if item is not None and item.get_closest_marker("saturates") is None:
+        raise RuntimeError(
+            f"{item.nodeid} saturates the machine but is not marked `saturates` (see {__name__}): mark the test "
+            "(or its parameter) with pytest.mark.saturates"
+        )
     machine, intent = _fd("machine"), _fd("intent")
     if machine is None or intent is None or _exclusive:
         yield
         return
-    # This test's shared hold is let go first: two workers asking for the machine at once must not each wait for the
-    # other's hold.
+    # This test's shared hold (a server test's) is let go first: two workers asking for the machine at once must not
+    # each wait for the other's hold.
     fcntl.flock(machine, fcntl.LOCK_UN)
     fcntl.flock(intent, fcntl.LOCK_EX)
     try:
@@ -64,7 +81,8 @@ def whole_machine() -> Iterator[None]:
         yield
     finally:
         _exclusive = False
-        fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared hold
+        if item is None or item.get_closest_marker("server") is not None:
+            fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared hold
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,9 +95,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    machine, intent = _fd("machine"), _fd("intent")
-    if machine is None or intent is None:
-        return (yield)
+    _current.append(item)
+    try:
+        machine, intent = _fd("machine"), _fd("intent")
+        if machine is None or intent is None or item.get_closest_marker("server") is None:
+            return (yield)
+        return (yield from _shared(machine, intent))
+    finally:
+        _current.pop()
+
+
+def _shared(machine: int, intent: int) -> Generator[None, object, object]:
     fcntl.flock(intent, fcntl.LOCK_SH)  # waits while a saturating block waits for, or holds, the machine
     fcntl.flock(intent, fcntl.LOCK_UN)
     fcntl.flock(machine, fcntl.LOCK_SH)

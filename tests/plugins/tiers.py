@@ -10,18 +10,25 @@ others. The marker is set here by rule, never by hand, and the rule is checked w
 - a test without the marker that starts a :class:`~tests.helpers.prometheus_server.ServerProcess` fails, naming this
   module: the rule missed it, extend the rule.
 
-Parallel workers (``pytest -n 2 --dist loadgroup``, ``make test PYTEST_WORKERS=2``): a module's tests form one group, so
-they run in one worker, one after another, and its module-scoped servers are shared as they are in one process; the
-modules that take the session's Ray cluster share one group (one Ray per run, not per worker). The groups are
-scheduled here (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record. They are handed out
-longest first: by the times of the last run on this clone (the JUnit report ``make test`` writes, :data:`TIMINGS`)
-when there is one, else the directories whose modules start servers first, so a long module does not end the run
-alone on one worker.
+Parallel workers (``pytest -n 3 --dist loadgroup``, ``make test``): a module's tests form one group, so they run in one
+worker, one after another, and its module-scoped servers are shared as they are in one process; the modules that take
+the session's Ray cluster share one group (one Ray per run, not per worker). A module whose tests share servers in
+parts (one run per case and Prometheus version, say) declares the parts: a module-level
+``worker_group(test: str) -> str`` maps a test's name (with its parameters) to its part, and each part is a group of
+its own. The groups are scheduled here (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record.
+They are handed out in this order:
+
+1. groups with a test marked ``saturates`` (it holds the whole machine, tests/plugins/machine.py);
+2. groups that need no server: they run beside a saturating test, on the workers it would leave idle;
+3. the rest, longest first by the times of the last run on this clone (the JUnit report ``make test`` writes,
+   :data:`TIMINGS`) when there is one, else the directories whose modules start servers first, so a long group does
+   not end the run alone on one worker.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 import types
 import xml.etree.ElementTree as ET
@@ -88,9 +95,9 @@ def needs_server(item: pytest.Item) -> bool:
 
 
 @functools.cache
-def group_of(path: str) -> str:
-    """The worker group of the test file ``path`` (relative to the root): the group of a session server whose fixture
-    it names (a test taking a fixture names it), else its own path."""
+def _file_group(path: str) -> str:
+    """The group of the test file ``path`` (relative to the root): a session server's whose fixture it names (a test
+    taking a fixture names it), else its own path."""
     try:
         source = (ROOT / path).read_text(encoding="utf-8")
     except OSError:
@@ -98,20 +105,49 @@ def group_of(path: str) -> str:
     return next((group for fixture, group in SESSION_SERVERS.items() if fixture in source), path)
 
 
+@functools.cache
+def _parts_of(path: str) -> Callable[[str], str] | None:
+    """The module's ``worker_group``, if it declares one (read from the module itself: the controller collects
+    nothing)."""
+    try:
+        if "\ndef worker_group(" not in (ROOT / path).read_text(encoding="utf-8"):
+            return None
+    except OSError:
+        return None
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    parts: Callable[[str], str] = module.worker_group
+    return parts
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of the test ``nodeid``: its file's (:func:`_file_group`), or the part of its file the module's
+    ``worker_group`` names."""
+    path, _, test = nodeid.partition("::")
+    group = _file_group(path)
+    parts = _parts_of(path) if group == path and test else None
+    return f"{path}::{parts(test)}" if parts is not None else group
+
+
+def _node_id(classname: str, name: str) -> str | None:
+    parts = classname.split(".")  # the module's dotted path, then any class names
+    for end in range(len(parts), 0, -1):
+        path = "/".join(parts[:end]) + ".py"
+        if (ROOT / path).is_file():
+            return "::".join([path, *parts[end:], name])
+    return None
+
+
 def _last_times() -> dict[str, float]:
-    """Seconds per test file in the last run's JUnit report (empty when there is none)."""
+    """Seconds per test in the last run's JUnit report (empty when there is none)."""
     try:
         root = ET.parse(TIMINGS).getroot()
     except (OSError, ET.ParseError):
         return {}
-    times: dict[str, float] = defaultdict(float)
+    times: dict[str, float] = {}
     for case in root.iter("testcase"):
-        parts = case.get("classname", "").split(".")  # the module's dotted path, then any class names
-        for end in range(len(parts), 0, -1):
-            path = "/".join(parts[:end]) + ".py"
-            if (ROOT / path).is_file():
-                times[path] += float(case.get("time") or 0)
-                break
+        nodeid = _node_id(case.get("classname", ""), case.get("name", ""))
+        if nodeid is not None:
+            times[nodeid] = float(case.get("time") or 0)
     return times
 
 
@@ -127,18 +163,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if needs_server(item):
             item.add_marker(pytest.mark.server)
-        group = group_of(item.nodeid.partition("::")[0])
+        group = group_of(item.nodeid)
         item.add_marker(pytest.mark.xdist_group(group))
         groups[group].append(item)
     times = _last_times()
 
-    def cost(group: str) -> tuple[float, int]:
-        files = {item.nodeid.partition("::")[0] for item in groups[group]}
-        known = sum(times.get(f, 0.0) for f in files)
-        return (-known, min(_directory_rank(f) for f in files))
+    def order(group: str) -> tuple[bool, bool, float, int]:
+        members = groups[group]
+        saturates = any(item.get_closest_marker("saturates") for item in members)
+        server = any(item.get_closest_marker("server") for item in members)
+        known = sum(times.get(item.nodeid, 0.0) for item in members)
+        rank = min(_directory_rank(item.nodeid.partition("::")[0]) for item in members)
+        return (not saturates, server, -known, rank)
 
-    order = sorted(groups, key=cost)  # stable: the collection order among equals
-    items[:] = [item for group in order for item in groups[group]]
+    ordered = sorted(groups, key=order)  # stable: the collection order among equals
+    items[:] = [item for group in ordered for item in groups[group]]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -152,7 +191,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return group_of(nodeid.partition("::")[0])
+            return group_of(nodeid)
 
     return GroupScheduling(config, log)
 

@@ -117,6 +117,7 @@ def note(what):
         log.write(json.dumps([what, os.environ.get("PYTEST_XDIST_WORKER"), time.monotonic()]) + "\\n")
 
 
+@pytest.mark.saturates
 def test_saturates():
     with whole_machine():
         note("hold")
@@ -124,6 +125,7 @@ def test_saturates():
         note("release")
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("n", range(12))
 def test_other(n):
     note(f"begin {{n}}")
@@ -135,8 +137,8 @@ def test_other(n):
 def test_a_test_holding_the_whole_machine_runs_beside_no_other_workers_test(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two workers: while one holds the machine (as a ``CPULoad`` does), the other starts no test and none of its
-    tests is running."""
+    """Two workers: while one holds the machine (as a ``CPULoad`` does), the other starts no server test and none of
+    its server tests is running."""
     monkeypatch.setenv("PYTHONPATH", str(tiers.ROOT))
     monkeypatch.delenv(machine.LOCKS_ENV, raising=False)  # the inner run's own locks, not this run's
     log = pytester.path / "log.jsonl"
@@ -153,3 +155,22 @@ def test_a_test_holding_the_whole_machine_runs_beside_no_other_workers_test(
         begin = next(t for what, w, t in notes if what == f"begin {n}")
         end = next(t for what, w, t in notes if what == f"end {n}")
         assert end < held or begin > released, f"test_other[{n}] ({worker}) ran while {held_by} held the machine"
+
+
+UNDECLARED = """
+from tests.plugins.machine import whole_machine
+
+
+def test_saturates_unmarked():
+    with whole_machine():
+        pass
+"""
+
+
+def test_a_test_saturating_the_machine_unmarked_fails(pytester: pytest.Pytester) -> None:
+    """Saturating tests are handed out first (tiers.py) by their marker: one without it fails, naming the rule."""
+    pytester.makeconftest('pytest_plugins = ["tests.plugins.machine"]')
+    pytester.makepyfile(test_undeclared=UNDECLARED)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_saturates_unmarked saturates the machine but is not marked `saturates`*"])

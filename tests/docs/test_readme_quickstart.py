@@ -96,10 +96,12 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     for record in records:
         assert record["otel_bridge/missing_metrics"] == 0.0
-        # Each step of 1 s holds some of the servers' ~10 requests a second, unless its boundaries' readings came
-        # over a second late (boundary_lag_s): then the start and end share one reading, honestly, and it says so.
-        lag = record.get("otel_bridge/boundary_lag_s")
-        assert record["rollout/vllm/generation_tokens_total/delta"] > 0, f"step {record['step']}: lag {lag} s"
+        # Each step of 1 s holds some of the servers' ~10 requests a second, unless its boundaries share one reading:
+        # the first reading sent after the start came after the end, so its lag (boundary_lag_s) is at least the
+        # window (a loaded machine, seen under the full suite), and the record says so.
+        lag, window = record["otel_bridge/boundary_lag_s"], record["time"] - record["window_start"]
+        delta = record["rollout/vllm/generation_tokens_total/delta"]
+        assert delta > 0 or lag >= window, f"step {record['step']}: delta {delta} in {window:.2f} s, lag {lag} s"
 
     per_step, example = record_example()
     (shown,) = [r for r in records if r["step"] == example["step"]]

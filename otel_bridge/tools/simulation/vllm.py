@@ -19,7 +19,7 @@ CPU node; :data:`RESTART_DOWN_S` by default), then the new process serves.
 
 Run as a separate process::
 
-    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--workload] [--restart-down-s 60]
+    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--route text] [--workload] [--restart-down-s 9]
 
 which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready; SIGHUP restarts it
 (down for ``--restart-down-s``, then counting from zero).
@@ -53,7 +53,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from otel_bridge.tools.simulation.families import FamilySpec, create_metric, cumulative_totals, family_specs
-from otel_bridge.tools.simulation.http import MetricsHTTPServer, MetricsRoute, Route, exposition
+from otel_bridge.tools.simulation.http import METRICS_ROUTES, MetricsHTTPServer, MetricsRoute, Route, exposition
 
 _log = logging.getLogger(__name__)
 
@@ -590,6 +590,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (the printed URL tells which)")
     parser.add_argument("--model", default="tiny", help="model_name label value")
     parser.add_argument("--engine", default="0", help="engine label value")
+    parser.add_argument(
+        "--route",
+        choices=METRICS_ROUTES,
+        default="text",
+        help="how /metrics answers: vLLM's text route, or prometheus_client's negotiation (default %(default)s)",
+    )
     parser.add_argument("--workload", action="store_true", help="run a seeded background request load")
     parser.add_argument("--seed", type=int, default=0, help="workload RNG seed")
     parser.add_argument("--rps", type=float, default=10.0, help="workload requests per second")
@@ -611,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, on_signal)
     sim = VLLMSimulator(model_name=args.model, engine=args.engine)
     workload = SimulatedWorkload(sim, rng_seed=args.seed, requests_per_s=args.rps) if args.workload else None
-    with VLLMServer(sim, host=args.host, port=args.port) as server:
+    with VLLMServer(sim, host=args.host, port=args.port, route=args.route) as server:
         if workload is not None:
             workload.start()
         try:

@@ -19,7 +19,8 @@ CPU node; :data:`RESTART_DOWN_S` by default), then the new process serves.
 
 Run as a separate process::
 
-    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--route text] [--workload] [--restart-down-s 9]
+    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--route text] [--workload] \
+        [--restart-down-s 60]
 
 which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready; SIGHUP restarts it
 (down for ``--restart-down-s``, then counting from zero).

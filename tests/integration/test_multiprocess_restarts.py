@@ -127,7 +127,7 @@ def served(engine: ServedEngine, path: str, workdir: Path, metrics: list[dict[st
         yield Served(bridge, server, renders)
 
 
-@pytest.fixture(params=["single", "data_parallel"])
+@pytest.fixture
 def engine(request: pytest.FixtureRequest) -> Iterator[VLLMSimulator | DataParallelVLLM]:
     if request.param == "single":
         yield VLLMSimulator()
@@ -136,7 +136,12 @@ def engine(request: pytest.FixtureRequest) -> Iterator[VLLMSimulator | DataParal
         yield dp
 
 
-@pytest.mark.parametrize("path", [*PATHS, *SAMPLES])
+@pytest.mark.parametrize(
+    ("engine", "path"),
+    # A single vLLM process (which says when it started) on the scrape path: the script's reference.
+    [*(("data_parallel", path) for path in (*PATHS, *SAMPLES)), ("single", "scrape")],
+    indirect=["engine"],
+)
 def test_a_restart_whose_counters_pass_the_old_values_is_counted_from_zero(
     path: str, engine: VLLMSimulator | DataParallelVLLM, tmp_path: Path
 ) -> None:
@@ -161,13 +166,15 @@ def test_a_restart_whose_counters_pass_the_old_values_is_counted_from_zero(
             assert record.values.get(key) == requests * per_request, f"{path} step {step} {key}: {record.values}"
 
 
+BY_PID = "vllm:kv_cache_usage_perc:by_pid"
+
+
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("by", [[], ["pid"]], ids=["combined", "by_pid"])
-def test_pid_labelled_gauges_are_combined_by_agg_unless_asked_by_pid(path: str, by: list[str], tmp_path: Path) -> None:
-    metric = {"name": "vllm:kv_cache_usage_perc", "type": "gauge", "stats": ["max"], "agg": "max", "by": by}
+def test_pid_labelled_gauges_are_combined_by_agg_unless_asked_by_pid(path: str, tmp_path: Path) -> None:
+    metric = {"name": "vllm:kv_cache_usage_perc", "type": "gauge", "stats": ["max"], "agg": "max"}
     with (
         DataParallelVLLM(api_servers=2, gauge_modes={"vllm:kv_cache_usage_perc": "all"}) as dp,
-        served(dp, path, tmp_path, [metric]) as run,
+        served(dp, path, tmp_path, [metric, {**metric, "by": ["pid"], "alias": BY_PID}]) as run,
     ):
         bridge = run.bridge
         first, second = dp.pids
@@ -181,10 +188,8 @@ def test_pid_labelled_gauges_are_combined_by_agg_unless_asked_by_pid(path: str, 
         record = bridge.record(0)
     assert record is not None
     gauges = {key: value for key, value in record.values.items() if "kv_cache_usage_perc" in key}
-    if by:
-        assert gauges == {
-            f"rollout/vllm/kv_cache_usage_perc/max/pid.{first}": 0.25,
-            f"rollout/vllm/kv_cache_usage_perc/max/pid.{second}": 0.5,
-        }
-    else:
-        assert gauges == {"rollout/vllm/kv_cache_usage_perc/max": 0.5}
+    assert gauges == {
+        "rollout/vllm/kv_cache_usage_perc/max": 0.5,
+        f"rollout/vllm/kv_cache_usage_perc/by_pid/max/pid.{first}": 0.25,
+        f"rollout/vllm/kv_cache_usage_perc/by_pid/max/pid.{second}": 0.5,
+    }

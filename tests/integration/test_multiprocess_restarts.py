@@ -4,8 +4,10 @@ only by what its samples do, and a gauge created without a multiprocess mode has
 
 - Restart: the server's processes end inside step 1, its port refuses connections for longer than the in-step
   sampling and the scrape interval, and the new processes count past what the old ones had reached before anyone reads
-  them again (the hard case: the counter never goes down). Each step must count exactly what was completed in it.
-  The same script on a single vLLM process (which has a start time) is the reference.
+  them again (the hard case: no reader ever sees the counter go down). Each step must count exactly what was
+  completed in it. The same script on a single vLLM process (which has a start time) is the reference. With
+  Prometheus' samples alone the case is a known limit (``SAMPLES_CANNOT_SEE``, a strict xfail); a restart that
+  Prometheus scrapes before it passes the old values is a reset there, as on every path.
 - Gauges by ``pid``: two API servers report different KV-cache usages; the record combines them by the metric's
   ``agg`` and names no process, unless the metric asks ``by: [pid]``.
 
@@ -39,6 +41,12 @@ pytestmark = [
 PATHS = ("scrape", *(f"promql@{version}" for version in PROMETHEUS_VERSIONS))
 SAMPLES = tuple(f"samples@{version}" for version in PROMETHEUS_VERSIONS)
 """The PromQL path bounded by Prometheus' own samples (``prometheus.boundary: samples``)."""
+SAMPLES_CANNOT_SEE = pytest.mark.xfail(
+    strict=True,
+    reason="known limit: Prometheus' samples alone show 10, then 40 after some up == 0 scrapes, and up == 0 does not "
+    "say whether the port refused (a new process) or timed out (the same one, still counting); the PromQL path sees "
+    "such a restart through its own boundary scrapes (auto, the default) only",
+)
 SCRAPE_INTERVAL_S = 1.0
 SAMPLE_INTERVAL_S = 0.25
 QUIET_S = 1.2  # more than a scrape interval (and the lag Prometheus' samples may have) around each boundary
@@ -139,7 +147,11 @@ def engine(request: pytest.FixtureRequest) -> Iterator[VLLMSimulator | DataParal
 @pytest.mark.parametrize(
     ("engine", "path"),
     # A single vLLM process (which says when it started) on the scrape path: the script's reference.
-    [*(("data_parallel", path) for path in (*PATHS, *SAMPLES)), ("single", "scrape")],
+    [
+        *(("data_parallel", path) for path in PATHS),
+        *(pytest.param("data_parallel", path, marks=SAMPLES_CANNOT_SEE) for path in SAMPLES),
+        ("single", "scrape"),
+    ],
     indirect=["engine"],
 )
 def test_a_restart_whose_counters_pass_the_old_values_is_counted_from_zero(
@@ -153,8 +165,10 @@ def test_a_restart_whose_counters_pass_the_old_values_is_counted_from_zero(
         run.boundary(lambda: bridge.end_step(0))
         run.server.go_down()
         time.sleep(DOWN_S)
-        run.server.come_up()
-        quietly(complete, engine, truth[1])  # 40 > 10: the counters never go down
+        engine.restart()  # the new processes count past the old values (40 > 10) before anyone reads them:
+        complete(engine, truth[1])  # no reader ever sees a counter go down
+        run.server.http.start()
+        time.sleep(QUIET_S)
         run.boundary(lambda: bridge.log({}, step=1))
         quietly(complete, engine, truth[2])
         run.boundary(lambda: bridge.log({}, step=2))

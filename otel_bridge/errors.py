@@ -176,11 +176,13 @@ class QueryTooLongError(ConfigError):
 
 
 class ScrapeError(SourceError):
-    """A ``/metrics`` endpoint could not be read."""
+    """A ``/metrics`` endpoint could not be read; ``refused``: its connection was refused (nothing listened at the
+    address: no process serves that port)."""
 
-    def __init__(self, message: str, *, url: str | None = None) -> None:
+    def __init__(self, message: str, *, url: str | None = None, refused: bool = False) -> None:
         super().__init__(message)
         self.url = url
+        self.refused = refused
 
 
 class ExpositionParseError(OtelBridgeError, ValueError):

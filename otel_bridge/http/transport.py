@@ -107,6 +107,12 @@ class TransportError(Exception):
         self.timed_out = timed_out
         self.tls = tls
 
+    @property
+    def refused(self) -> bool:
+        """Whether the connection was refused: nothing listened at the address (no process serves that port)."""
+        chain = _exception_chain(self.cause) if self.cause is not None else []
+        return any(isinstance(e, ConnectionRefusedError) for e in chain)
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its fields (a producer's child process sends it, as the ``cause`` of its error, to the parent)."""
         fields = (self.kind, self.reason, self.url, self.status_code, self.timed_out, self.tls, self.cause)

@@ -6,10 +6,10 @@ runs the built Prometheus 3 with the same API; :class:`ServerProcess` is the pro
 :class:`tests.helpers.victoriametrics.VictoriaMetricsServer`.
 
 Prometheus 3 differences the helper takes care of: a scrape fails on a missing or unknown Content-Type unless the job
-sets ``fallback_scrape_protocol`` (the simulated servers of ``otel_bridge.tools.simulation`` answer ``text/plain;
-version=0.0.4``, which both versions parse; ``fallback_scrape_protocol`` passes one through for other targets); the
-OTLP receiver (``otlp_receiver=True``: ``--web.enable-otlp-receiver``, 3.x only); ``--enable-feature`` flags
-(``features``).
+sets ``fallback_scrape_protocol`` (the simulated servers of ``otel_bridge.tools.simulation`` answer ``text/plain``
+with a version, or OpenMetrics where they negotiate, which both versions parse; ``fallback_scrape_protocol`` passes one
+through for other targets); the OTLP receiver (``otlp_receiver=True``: ``--web.enable-otlp-receiver``, 3.x only);
+``--enable-feature`` flags (``features``).
 """
 
 from __future__ import annotations

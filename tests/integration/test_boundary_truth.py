@@ -77,7 +77,7 @@ from otel_bridge.config import MetricConfig
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql._internal.rules import rules_document
-from tests.conftest import Replica
+from tests.conftest import Replica, replica_routes
 from tests.helpers.cpu_load import CPULoad
 from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
@@ -196,12 +196,13 @@ def environment(
     workdir: Path, interval_s: float, versions: Sequence[str] = PROMETHEUS_VERSIONS
 ) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
     """Two replicas and a real Prometheus of each of ``versions`` scraping them every ``interval_s``; all stopped on
-    exit."""
+    exit. The replicas serve ``/metrics`` one through vLLM's text route, one through prometheus_client's negotiation
+    where the stores read its names as served (``replica_routes``)."""
     replicas: list[Replica] = []
     servers: dict[str, PrometheusServer] = {}
     try:
-        for _ in range(2):
-            replicas.append(Replica())
+        for route in replica_routes(*versions):
+            replicas.append(Replica(route=route))
         rules = rules_document(resolve_metrics([MetricConfig.model_validate(m) for m in METRICS]), interval_s)
         for version in versions:
             servers[version] = PrometheusServer(

@@ -19,9 +19,11 @@ NAME = "vllm:generation_tokens_total"
 QUERY = MetricQuery(key_name="vllm/generation_tokens_total", name=NAME, kind="counter", stats=("delta",))
 
 
-def reading(sent: float, answered: float, value: float | None, started: float | None = None) -> Reading:
+def reading(
+    sent: float, answered: float, value: float | None, started: float | None = None, refused: bool = False
+) -> Reading:
     if value is None:
-        return Reading(sent, answered, None)
+        return Reading(sent, answered, None, refused=refused)
     sample = ExpositionSample(NAME, MappingProxyType({}), value)
     return Reading(sent, answered, {NAME: ExpositionFamily(NAME, "counter", (sample,))}, started)
 
@@ -100,6 +102,31 @@ def test_a_new_process_counts_from_zero_in_the_step_where_it_is_read_again() -> 
     assert delta(readings, StepWindow(0, 0.0, 4.0)) == 30.0
     assert delta(readings, StepWindow(1, 4.0, 6.0)) == 0.0
     assert delta(readings, StepWindow(2, 6.0, 10.0)) == 50.0
+
+
+def test_without_a_start_time_a_port_that_refused_connections_and_answers_again_is_a_new_process() -> None:
+    """The same restart on a page without ``process_start_time_seconds`` (prometheus_client's multiprocess mode): the
+    refusals say that nothing served the port, so the next answer is a new process; timeouts do not."""
+
+    def down(refused: bool) -> TargetReadings:
+        return target(
+            reading(0.0, 0.01, 10.0),
+            reading(2.0, 2.01, 40.0),
+            reading(4.0, 4.0, None, refused=refused),
+            reading(6.0, 6.0, None, refused=refused),
+            reading(10.0, 10.01, 50.0),
+            reading(12.0, 12.01, 55.0),
+        )
+
+    restarted = down(refused=True)
+    assert [delta(restarted, StepWindow(k, a, b)) for k, (a, b) in enumerate([(0, 4), (4, 6), (6, 10), (10, 12)])] == [
+        30.0,
+        0.0,
+        50.0,
+        5.0,
+    ]
+    slow = down(refused=False)  # timed out: the same process, still counting
+    assert delta(slow, StepWindow(2, 6.0, 10.0)) == 10.0
 
 
 @given(

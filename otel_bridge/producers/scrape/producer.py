@@ -278,10 +278,11 @@ class ScrapeProducer:
         """One reading of ``target``: sent when the request goes out, answered when its body has come (before it is
         parsed)."""
         sent = time.time()
-        text = self._fetch(target)
+        text, refused = self._fetch(target)
         answered = time.time()
         families = self._parse(target, text) if text is not None else None
-        return Reading(sent, answered, families, process_start(text) if families is not None and text else None)
+        started = process_start(text) if families is not None and text else None
+        return Reading(sent, answered, families, started, refused=refused)
 
     def _answer(self, target: _Target, future: Future[Reading]) -> None:
         if future.cancelled() or future.exception() is not None:  # the pool shut down at close()
@@ -299,15 +300,17 @@ class ScrapeProducer:
                 self._health.count(SCRAPE_ERRORS, labels={"instance": target.instance})
             self._cond.notify_all()
 
-    def _fetch(self, target: _Target) -> str | None:
+    def _fetch(self, target: _Target) -> tuple[str | None, bool]:
+        """The target's page (``None`` when it failed), and whether its connection was refused."""
         endpoint = target.endpoint
         try:
-            return endpoint.fetch()
+            return endpoint.fetch(), False
         except ScrapeError as exc:
             self._warn_failed(target, str(exc))
+            return None, exc.refused
         except Exception as exc:  # noqa: BLE001 - the sampler thread must outlive any one target's failure
             self._bug(target, exc)
-        return None
+        return None, False
 
     def _parse(self, target: _Target, text: str) -> Families | None:
         try:

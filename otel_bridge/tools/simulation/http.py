@@ -1,5 +1,11 @@
 """A tiny ``/metrics`` HTTP server on a background thread, serving whatever a callable renders, plus the few other
-routes a simulated server answers (vLLM's ``POST /sleep``...)."""
+routes a simulated server answers (vLLM's ``POST /sleep``...).
+
+What a ``/metrics`` answer looks like depends on the exporter's route, and on the scraper's ``Accept`` header where the
+route negotiates (:func:`exposition`): prometheus_client's own handlers (``start_http_server``, ``make_wsgi_app``,
+``make_asgi_app``: SGLang's route) answer OpenMetrics to a scraper that asks for it, vLLM's route answers text whatever
+it is asked (docs/compatibility.md).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,11 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 _log = logging.getLogger(__name__)
 
@@ -18,14 +28,40 @@ CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _POLL_INTERVAL_S: Final = 0.05  # how often serve_forever checks for shutdown: bounds stop() latency
 Route = Callable[[Mapping[str, str]], tuple[int, bytes]]
 """A route's handler: the request's query parameters -> (status, JSON body)."""
+Render = Callable[[str], tuple[bytes, str]]
+"""What ``GET /metrics`` serves: the request's ``Accept`` header -> (body, ``Content-Type``)."""
+MetricsRoute = Literal["negotiate", "text"]
+"""How an exporter's ``/metrics`` route answers (:func:`exposition`)."""
+METRICS_ROUTES: Final[tuple[MetricsRoute, ...]] = ("negotiate", "text")
+
+
+def exposition(registry: Collector, accept: str, route: MetricsRoute) -> tuple[bytes, str]:
+    """``registry``'s ``/metrics`` answer to a scraper sending ``accept``, as the exporter's ``route`` gives it.
+
+    - ``negotiate``: prometheus_client's own content negotiation (``choose_encoder``, what its ``make_wsgi_app``,
+      ``make_asgi_app`` and ``start_http_server`` use): OpenMetrics to a scraper that asks for it, with the names
+      escaped as the ``escaping`` it asks for allows (prometheus_client >= 0.23 escapes the colon of ``vllm:x`` on
+      OpenMetrics sample lines unless the scraper accepts ``escaping=allow-utf-8``), else the text format.
+    - ``text``: vLLM's route (``prometheus_fastapi_instrumentator``'s ``expose``): ``generate_latest`` with
+      ``CONTENT_TYPE_LATEST`` (``text/plain; version=1.0.0`` from prometheus_client 0.22 on), whatever is asked.
+
+    Compression (both routes gzip when asked) is left out: it changes no name or value.
+    """
+    if route == "negotiate":
+        encoder, content_type = choose_encoder(accept)
+        return bytes(encoder(registry)), content_type
+    return bytes(generate_latest(registry)), CONTENT_TYPE_LATEST
+
+
+def fixed_text(render: Callable[[], bytes]) -> Render:
+    """A ``/metrics`` page rendered without looking at the request: the text format 0.0.4, whatever is asked."""
+    return lambda accept: (render(), CONTENT_TYPE)
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(
-        self, address: tuple[str, int], render: Callable[[], bytes], routes: Mapping[tuple[str, str], Route]
-    ) -> None:
+    def __init__(self, address: tuple[str, int], render: Render, routes: Mapping[tuple[str, str], Route]) -> None:
         super().__init__(address, _Handler)
         self.render = render
         self.routes = routes
@@ -49,12 +85,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found: this server only serves /metrics\n", "text/plain; charset=utf-8")
             return
         try:
-            body = self.server.render()
+            body, content_type = self.server.render(self.headers.get("Accept", ""))
         except Exception:  # noqa: BLE001 - a failing render must answer 500, not kill the handler thread silently
             _log.exception("rendering /metrics failed")
             self._send(500, b"rendering /metrics failed\n", "text/plain; charset=utf-8")
             return
-        self._send(200, body, CONTENT_TYPE)
+        self._send(200, body, content_type)
 
     def do_POST(self) -> None:
         if not self._route("POST"):
@@ -85,8 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsHTTPServer:
-    """Serves ``render()`` at ``GET /metrics``, and each of ``routes`` (``(method, path) ->`` :data:`Route`), from a
-    daemon thread (404 elsewhere).
+    """Serves ``render()`` (the text format 0.0.4, whatever the scraper asks) or ``answer(accept)`` (a
+    :data:`Render`: e.g. :func:`exposition`'s negotiation) at ``GET /metrics``, and each of ``routes`` (``(method,
+    path) ->`` :data:`Route`), from a daemon thread (404 elsewhere). Exactly one of ``render`` and ``answer``.
 
     ``port=0`` picks a free port; :attr:`url` tells which. Use as a context manager, or call :meth:`start` and
     :meth:`stop` (prompt: it returns once the serving thread has exited and the socket is closed). After
@@ -95,12 +132,18 @@ class MetricsHTTPServer:
 
     def __init__(
         self,
-        render: Callable[[], bytes],
+        render: Callable[[], bytes] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         routes: Mapping[tuple[str, str], Route] | None = None,
+        *,
+        answer: Render | None = None,
     ) -> None:
-        self._render = render
+        if render is not None and answer is None:
+            answer = fixed_text(render)
+        elif render is not None or answer is None:
+            raise ValueError("MetricsHTTPServer needs exactly one of render (a fixed text page) and answer (by Accept)")
+        self._render = answer
         self._routes = dict(routes or {})
         self._host = host
         self._port = port

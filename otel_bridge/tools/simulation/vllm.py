@@ -6,6 +6,11 @@ label names, fixed label values, histogram buckets; table in ``data/vllm_0_32_me
 renders them. Tests drive it request by request (:meth:`VLLMSimulator.complete_request`) and know the truth
 (:meth:`VLLMSimulator.totals`); :class:`SimulatedWorkload` drives it with a seeded random load for the demo.
 
+:class:`VLLMServer` serves ``/metrics`` through the route real vLLM 0.32 has (text, whatever the scraper asks) or,
+with ``route="negotiate"``, through prometheus_client's own content negotiation (OpenMetrics to a Prometheus that asks
+for it): :func:`otel_bridge.tools.simulation.http.exposition`. A data-parallel vLLM (several API server processes in
+prometheus_client's multiprocess mode) is :class:`otel_bridge.tools.simulation.data_parallel.DataParallelVLLM`.
+
 A process lifetime is what a real server's is: :meth:`VLLMSimulator.restart` starts a new one, whose counters and
 histograms count from zero, whose ``_created`` gauges and ``process_start_time_seconds`` give its start, and
 :class:`VLLMServer` puts the simulator behind its ``/metrics`` port and restarts it the way vLLM restarts: the port
@@ -14,7 +19,8 @@ CPU node; :data:`RESTART_DOWN_S` by default), then the new process serves.
 
 Run as a separate process::
 
-    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--workload] [--restart-down-s 60]
+    python -m otel_bridge.tools.simulation.vllm --port 0 [--model tiny] [--route text] [--workload] \
+        [--restart-down-s 60]
 
 which prints exactly one line, ``serving http://127.0.0.1:PORT/metrics``, once it is ready; SIGHUP restarts it
 (down for ``--restart-down-s``, then counting from zero).
@@ -34,25 +40,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from importlib import resources
 from types import FrameType, MappingProxyType, TracebackType
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from prometheus_client import (
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from otel_bridge.tools.simulation.http import MetricsHTTPServer
+from otel_bridge.tools.simulation.families import FamilySpec, create_metric, cumulative_totals, family_specs
+from otel_bridge.tools.simulation.http import METRICS_ROUTES, MetricsHTTPServer, MetricsRoute, Route, exposition
 
 _log = logging.getLogger(__name__)
 
@@ -68,42 +70,10 @@ class EngineAsleepError(RuntimeError):
     """A request was run or completed on a simulated engine that sleeps (:meth:`VLLMSimulator.sleep`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class VLLMFamilySpec:
-    """One ``vllm:`` family as vLLM 0.32 exposes it.
-
-    ``name`` is the ``# TYPE`` name (counters with ``_total``). ``fixed_labels`` maps each label other than
-    ``engine``/``model_name`` to its values in vLLM's creation order; ``constant_labels`` are the single-valued
-    labels of ``vllm:cache_config_info``; ``buckets`` are the finite histogram bounds (``+Inf`` implied).
-    """
-
-    name: str
-    kind: str
-    help: str
-    labelnames: tuple[str, ...]
-    fixed_labels: Mapping[str, tuple[str, ...]]
-    constant_labels: Mapping[str, str]
-    buckets: tuple[float, ...]
-
-
 @functools.cache
-def vllm_family_specs() -> tuple[VLLMFamilySpec, ...]:
+def vllm_family_specs() -> tuple[FamilySpec, ...]:
     """Every ``vllm:`` family of the vLLM 0.32.0 capture, in exposition order (read from the package data)."""
-    table = json.loads(
-        resources.files("otel_bridge.tools.simulation").joinpath(_TABLE_RESOURCE).read_text(encoding="utf-8")
-    )
-    return tuple(
-        VLLMFamilySpec(
-            name=entry["name"],
-            kind=entry["type"],
-            help=entry["help"],
-            labelnames=tuple(entry["labelnames"]),
-            fixed_labels=MappingProxyType({k: tuple(v) for k, v in entry.get("fixed_labels", {}).items()}),
-            constant_labels=MappingProxyType(dict(entry.get("constant_labels", {}))),
-            buckets=tuple(entry.get("buckets", ())),
-        )
-        for entry in table["families"]
-    )
+    return family_specs(_TABLE_RESOURCE)
 
 
 class _ProcessCollector:
@@ -123,9 +93,12 @@ class _ProcessCollector:
 
 
 class _Instruments:
-    """One vLLM process lifetime: a fresh registry with every family created and zeroed, as at start-up."""
+    """One vLLM process lifetime: a fresh registry with every family created and zeroed, as at start-up.
 
-    def __init__(self, model_name: str, engine: str) -> None:
+    ``gauge_modes`` overrides the multiprocess mode of the gauges it names (only prometheus_client's multiprocess
+    mode reads it)."""
+
+    def __init__(self, model_name: str, engine: str, gauge_modes: Mapping[str, str]) -> None:
         self.started = time.time()
         self.registry = CollectorRegistry()
         # prometheus_client's process/platform/GC families precede vLLM's in a real server's exposition.
@@ -134,21 +107,14 @@ class _Instruments:
             self.registry.register(collector)
         self._model_name = model_name
         self._engine = engine
+        self._gauge_modes = gauge_modes
         self._metrics: dict[str, Any] = {}
         self._labelnames: dict[str, tuple[str, ...]] = {}
         for spec in vllm_family_specs():
             self._create(spec)
 
-    def _create(self, spec: VLLMFamilySpec) -> None:
-        metric: Any
-        if spec.kind == "counter":
-            metric = Counter(spec.name, spec.help, spec.labelnames, registry=self.registry)
-        elif spec.kind == "gauge":
-            metric = Gauge(spec.name, spec.help, spec.labelnames, registry=self.registry)
-        elif spec.kind == "histogram":
-            metric = Histogram(spec.name, spec.help, spec.labelnames, buckets=spec.buckets, registry=self.registry)
-        else:
-            raise ValueError(f"vLLM metric table entry {spec.name!r} has unsupported type {spec.kind!r}")
+    def _create(self, spec: FamilySpec) -> None:
+        metric = create_metric(spec, self.registry, self._gauge_modes)
         self._metrics[spec.name] = metric
         self._labelnames[spec.name] = spec.labelnames
         base = self._base_labels(spec.name)
@@ -172,13 +138,19 @@ class _Instruments:
 
 
 class VLLMSimulator:
-    """vLLM 0.32's ``/metrics`` for one engine of one served model, updated by explicit, thread-safe calls."""
+    """vLLM 0.32's ``/metrics`` for one engine of one served model, updated by explicit, thread-safe calls.
 
-    def __init__(self, model_name: str = "tiny", engine: str = "0") -> None:
+    ``gauge_modes`` (gauge name -> prometheus_client multiprocess mode) matters only where prometheus_client runs in
+    multiprocess mode (:mod:`otel_bridge.tools.simulation.data_parallel`'s API server processes)."""
+
+    def __init__(
+        self, model_name: str = "tiny", engine: str = "0", gauge_modes: Mapping[str, str] | None = None
+    ) -> None:
         self.model_name = model_name
         self.engine = engine
+        self._gauge_modes = MappingProxyType(dict(gauge_modes or {}))
         self._lock = threading.Lock()
-        self._instruments = _Instruments(model_name, engine)
+        self._instruments = _Instruments(model_name, engine, self._gauge_modes)
         self._asleep = False
 
     def complete_request(
@@ -345,7 +317,7 @@ class VLLMSimulator:
     def restart(self) -> None:
         """A new vLLM process: counters and histograms back to zero, gauges reset, new ``_created`` gauges and a new
         ``process_start_time_seconds``. (The time the server is down in between is :class:`VLLMServer`'s.)"""
-        instruments = _Instruments(self.model_name, self.engine)
+        instruments = _Instruments(self.model_name, self.engine, self._gauge_modes)
         with self._lock:
             self._instruments = instruments
             self._asleep = False  # a new process starts awake
@@ -356,19 +328,17 @@ class VLLMSimulator:
         with self._lock:
             return bytes(generate_latest(self._instruments.registry))
 
+    def answer(self, accept: str, route: MetricsRoute) -> tuple[bytes, str]:
+        """The ``/metrics`` answer (body, ``Content-Type``) to a scraper sending ``accept`` through ``route``."""
+        with self._lock:
+            return exposition(self._instruments.registry, accept, route)
+
     def totals(self) -> dict[str, float]:
         """Current cumulative values: every ``vllm:`` counter (``_total`` sample, summed over its label values)
         and every histogram's ``_count`` and ``_sum``, keyed by sample name."""
-        totals: dict[str, float] = {}
         with self._lock:
             families = list(self._instruments.registry.collect())
-        for family in families:
-            if not family.name.startswith("vllm:") or family.type not in ("counter", "histogram"):
-                continue
-            for sample in family.samples:
-                if sample.name.endswith(("_total", "_count", "_sum")):
-                    totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
-        return totals
+        return cumulative_totals(families, "vllm:")
 
 
 class SimulatedWorkload:
@@ -468,8 +438,60 @@ class SimulatedWorkload:
         self.requests += 1
 
 
+class ServedEngine(Protocol):
+    """What :class:`VLLMServer` serves and restarts: a :class:`VLLMSimulator`, a data-parallel vLLM's API server
+    processes (:class:`~otel_bridge.tools.simulation.data_parallel.DataParallelVLLM`), an
+    :class:`~otel_bridge.tools.simulation.sglang.SGLangSimulator`."""
+
+    @property
+    def started(self) -> float: ...
+
+    def answer(self, accept: str, route: MetricsRoute) -> tuple[bytes, str]: ...
+
+    def restart(self) -> None: ...
+
+
+@runtime_checkable
+class SleepingEngine(ServedEngine, Protocol):
+    """An engine with vLLM's sleep mode: :class:`VLLMServer` adds its dev-mode routes (``/sleep``, ``/wake_up``,
+    ``/is_sleeping``)."""
+
+    @property
+    def sleeping(self) -> bool: ...
+
+    def sleep(self, level: int = 1) -> None: ...
+
+    def wake_up(self) -> None: ...
+
+
+def _sleep_routes(engine: SleepingEngine) -> dict[tuple[str, str], Route]:
+    """vLLM's dev-mode sleep API (``VLLM_SERVER_DEV_MODE=1``) on ``engine``."""
+
+    def sleep(params: Mapping[str, str]) -> tuple[int, bytes]:
+        """``POST /sleep?level=N`` (level 1 by default)."""
+        try:
+            engine.sleep(int(params.get("level", "1")))
+        except ValueError as err:
+            return 400, json.dumps({"error": str(err)}).encode()
+        return 200, b"{}"
+
+    def wake_up(params: Mapping[str, str]) -> tuple[int, bytes]:
+        """``POST /wake_up``."""
+        engine.wake_up()
+        return 200, b"{}"
+
+    def is_sleeping(params: Mapping[str, str]) -> tuple[int, bytes]:
+        """``GET /is_sleeping``: ``{"is_sleeping": bool}``."""
+        return 200, json.dumps({"is_sleeping": engine.sleeping}).encode()
+
+    return {("POST", "/sleep"): sleep, ("POST", "/wake_up"): wake_up, ("GET", "/is_sleeping"): is_sleeping}
+
+
 class VLLMServer:
     """A simulated vLLM server process: a :class:`VLLMSimulator` behind its ``/metrics`` port, restarted as vLLM is.
+
+    ``route`` is how ``/metrics`` answers (:func:`~otel_bridge.tools.simulation.http.exposition`): ``text``, real
+    vLLM 0.32's route (the default), or ``negotiate``, prometheus_client's own handlers' content negotiation.
 
     :meth:`go_down` is the process ending (SIGTERM, a crash): from then on the port refuses connections and nothing is
     counted; :meth:`come_up` is the new process serving again on the same port, its counters from zero and its start
@@ -479,46 +501,27 @@ class VLLMServer:
 
     def __init__(
         self,
-        sim: VLLMSimulator | None = None,
+        sim: ServedEngine | None = None,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         on_render: Callable[[bytes], None] | None = None,
+        route: MetricsRoute = "text",
     ) -> None:
-        self.sim = sim if sim is not None else VLLMSimulator()
+        self.sim: ServedEngine = sim if sim is not None else VLLMSimulator()
+        self.route: MetricsRoute = route
         self._on_render = on_render
-        routes = {
-            ("POST", "/sleep"): self._sleep,
-            ("POST", "/wake_up"): self._wake_up,
-            ("GET", "/is_sleeping"): self._is_sleeping,
-        }
-        self.http = MetricsHTTPServer(self._render, host=host, port=port, routes=routes)
+        routes = _sleep_routes(self.sim) if isinstance(self.sim, SleepingEngine) else {}
+        self.http = MetricsHTTPServer(host=host, port=port, routes=routes, answer=self._answer)
         """The port alone: stopping it while the process keeps counting is a network partition, not a restart."""
         self._lock = threading.Lock()
         self._up = False
 
-    def _sleep(self, params: Mapping[str, str]) -> tuple[int, bytes]:
-        """vLLM's ``POST /sleep?level=N`` (its dev-mode API, ``VLLM_SERVER_DEV_MODE=1``; level 1 by default)."""
-        try:
-            self.sim.sleep(int(params.get("level", "1")))
-        except ValueError as err:
-            return 400, json.dumps({"error": str(err)}).encode()
-        return 200, b"{}"
-
-    def _wake_up(self, params: Mapping[str, str]) -> tuple[int, bytes]:
-        """vLLM's ``POST /wake_up``."""
-        self.sim.wake_up()
-        return 200, b"{}"
-
-    def _is_sleeping(self, params: Mapping[str, str]) -> tuple[int, bytes]:
-        """vLLM's ``GET /is_sleeping``: ``{"is_sleeping": bool}``."""
-        return 200, json.dumps({"is_sleeping": self.sim.sleeping}).encode()
-
-    def _render(self) -> bytes:
-        body = self.sim.exposition()
+    def _answer(self, accept: str) -> tuple[bytes, str]:
+        body, content_type = self.sim.answer(accept, self.route)
         if self._on_render is not None:
             self._on_render(body)
-        return body
+        return body, content_type
 
     @property
     def url(self) -> str:
@@ -588,6 +591,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (the printed URL tells which)")
     parser.add_argument("--model", default="tiny", help="model_name label value")
     parser.add_argument("--engine", default="0", help="engine label value")
+    parser.add_argument(
+        "--route",
+        choices=METRICS_ROUTES,
+        default="text",
+        help="how /metrics answers: vLLM's text route, or prometheus_client's negotiation (default %(default)s)",
+    )
     parser.add_argument("--workload", action="store_true", help="run a seeded background request load")
     parser.add_argument("--seed", type=int, default=0, help="workload RNG seed")
     parser.add_argument("--rps", type=float, default=10.0, help="workload requests per second")
@@ -609,7 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, on_signal)
     sim = VLLMSimulator(model_name=args.model, engine=args.engine)
     workload = SimulatedWorkload(sim, rng_seed=args.seed, requests_per_s=args.rps) if args.workload else None
-    with VLLMServer(sim, host=args.host, port=args.port) as server:
+    with VLLMServer(sim, host=args.host, port=args.port, route=args.route) as server:
         if workload is not None:
             workload.start()
         try:

@@ -38,7 +38,8 @@ class MetricsEndpoint:
         try:
             answer = self._transport.get(self.url)
         except TransportError as exc:
-            raise ScrapeError(f"scraping {self.url} failed: {self._failure(exc)}", url=self.url) from None
+            message = f"scraping {self.url} failed: {self._failure(exc)}"
+            raise ScrapeError(message, url=self.url, refused=exc.refused) from None
         if answer.status in (401, 403):
             raise ScrapeError(
                 f"scraping {self.url} failed: HTTP {answer.status}; the target wants credentials: check scrape.auth",

@@ -35,6 +35,8 @@ sum of their deltas is the increase from the first boundary's reading to the las
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,13 +57,16 @@ _MAX_CACHED_SERIES = 200_000
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One scrape of one target. ``families`` is ``None`` when it failed; ``started`` is the target's
-    ``process_start_time_seconds`` when it exposes one."""
+    """One scrape of one target. ``families`` is ``None`` when it failed, ``refused`` when it failed because the
+    connection was refused (nothing listened: no process served the port); ``started`` is the target's
+    ``process_start_time_seconds`` when it exposes one, else its process' observed start
+    (:meth:`TargetReadings.add`)."""
 
     sent: float
     answered: float
     families: Families | None
     started: float | None = None
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -112,9 +117,28 @@ class TargetReadings:
     requested: float = float("-inf")
     """When the latest scrape (answered, in flight or queued) was asked for: a boundary before it needs no new one."""
     _stands: dict[float, Stand] = field(default_factory=dict)
+    _observed_start: float = -math.inf
+    _refused: bool = False
 
     def add(self, reading: Reading) -> None:
-        """Keep an answer (they arrive in the order their scrapes were sent)."""
+        """Keep an answer (they arrive in the order their scrapes were sent).
+
+        A page without ``process_start_time_seconds`` (prometheus_client in multiprocess mode: a data-parallel vLLM,
+        SGLang) does not say when its process started, but its port does: a target that refused connections (nothing
+        listened) and answers again is a new process, whose counters began at zero. Its readings are given the start
+        the bridge observed: ``-inf`` for the process it first found (started before it looked), the first answer
+        after the refusals for each later one, so :func:`~otel_bridge.producers.statistics.counter_increase` counts
+        a restart whose counters passed the old values before anyone read them (they never went down). A target that
+        only timed out or failed otherwise keeps its process: a slow or unreachable server still counts on.
+        """
+        if reading.ok and reading.started is None:
+            if self._refused:
+                self._observed_start = reading.sent
+            reading = dataclasses.replace(reading, started=self._observed_start)
+        if reading.ok:
+            self._refused = False
+        elif reading.refused:
+            self._refused = True
         self.readings.append(reading)
 
     def end_stand(self, t: float) -> Stand | None:

@@ -39,6 +39,7 @@ from otel_bridge.producers.promql._internal.targets import ServingTargets
 from otel_bridge.producers.statistics import (
     ImpossibleValues,
     RawSeries,
+    native_series,
     possible_increases,
     possible_points,
     stats_from_increases,
@@ -205,7 +206,9 @@ class StoreReader:
         expressions = plan.expressions(store.max_query_bytes, store.max_query_setting)
         if not expressions:
             return WindowAnswer()
-        results = [self.client.query(expression, time=plan.window.end) for expression in expressions]
+        results = [
+            self.client.query(expression, time=plan.window.end, native_histograms=True) for expression in expressions
+        ]
         self._report_warnings(plan.window, results)
         return (read or plan.read)(
             QueryResult(
@@ -220,7 +223,8 @@ class StoreReader:
         targets = {t for targets in answer.reread.values() for t in targets}
         expression = plan.reread_expression(targets)
         if expression is not None:
-            reconcile(plan, answer, raw_series(self.client.query(expression, time=plan.reread_until)))
+            result = self.client.query(expression, time=plan.reread_until, native_histograms=True)
+            reconcile(plan, answer, raw_series(result))
 
     def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
         """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's
@@ -375,12 +379,21 @@ def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:
 
 def raw_series(result: QueryResult) -> list[RawSeries]:
     """The series of a range-vector answer, each with its name apart from its labels (the ones without a name left
-    out)."""
+    out). A native histogram's samples become its parts' series (:func:`native_series`), unless a classic ``_count``
+    series of the same labels is in the answer too (the store holds the histogram both ways: read once, as classic)."""
     out = []
+    classic = {
+        (series.labels["__name__"], *sorted((k, v) for k, v in series.labels.items() if k != "__name__"))
+        for series in result.series
+        if series.samples and series.labels.get("__name__", "").endswith("_count")
+    }
     for series in result.series:
         name = series.labels.get("__name__")
         if name is None:
             continue
         labels = {k: v for k, v in series.labels.items() if k != "__name__"}
-        out.append(RawSeries(name=name, labels=labels, samples=series.samples))
+        if series.samples:
+            out.append(RawSeries(name=name, labels=labels, samples=series.samples))
+        if series.histograms and (f"{name}_count", *sorted(labels.items())) not in classic:
+            out.extend(native_series(name, labels, series.histograms))
     return out

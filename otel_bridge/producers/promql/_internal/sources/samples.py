@@ -19,6 +19,7 @@ queries the rules do not serve, with these parts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from otel_bridge.producers.metric_set import MetricQuery
@@ -30,8 +31,10 @@ from otel_bridge.producers.promql._internal.plan import (
     WindowAnswer,
     WindowPlan,
     at,
+    native_only,
     primary_names,
     roled,
+    stored_names,
     target_of,
 )
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
@@ -106,14 +109,17 @@ def boundary_sums(plan: WindowPlan, indices: Sequence[int] | None = None) -> Non
         _increase(plan, index, plan.queries[index])
 
 
-def _end_value(plan: WindowPlan, sel: str) -> str:
+def _end_value(plan: WindowPlan, sel: str, *, native: bool = False) -> str:
     window = plan.window
     assert window.start is not None
     within = f"last_over_time({sel}[{promql.duration(window.end - window.start + plan.pad_s)}] @ {at(window.end)})"
     if not window.final or plan.close_at <= window.end:  # no targets known: nothing closes it later (remote write)
         return within
     after = promql.duration(plan.close_at - window.end)
-    return f"(min_over_time({sel}[{after}] @ {at(plan.close_at)}) or {within})"
+    # A native histogram has no smallest sample (min_over_time skips histograms): its first one after the end, which
+    # is the smallest between resets (and any reset after it is a later process's).
+    closing = "first_over_time" if native else "min_over_time"
+    return f"({closing}({sel}[{after}] @ {at(plan.close_at)}) or {within})"
 
 
 def _base_value(plan: WindowPlan, sel: str) -> str:
@@ -134,14 +140,14 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     reread = " or ".join(flags)
     targets = ", ".join(TARGET_LABELS)
     plan.add(f"{index}/reread", Part("reread", index), f"group by ({targets}) ({reread})")
-    histogram = query.kind == "histogram" and query.ratio is None
-    for position, name in enumerate(query.series_names()):
-        by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+    for position, name in enumerate(stored_names(query)):
+        by = ", ".join([*query.by, *(["le"] if name in query.bucket_names and name != query.native_name else [])])
         # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
         # out client-side (summed_share), so Prometheus touches every series once per boundary and evaluates the
         # re-read selection once per query (measured in bench/suite_promql_scale.py).
-        end = roled(query, name, lambda sel: _end_value(plan, sel))
-        base = roled(query, name, lambda sel: _base_value(plan, sel))
+        end_value = functools.partial(_end_value, plan, native=name == query.native_name)
+        end = roled(query, name, native_only(query, name, end_value))
+        base = roled(query, name, native_only(query, name, lambda sel: _base_value(plan, sel)))
         plan.add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
         plan.add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
     lag_parts(plan, index, query)
@@ -171,7 +177,7 @@ def share_key(query: MetricQuery, series: RawSeries) -> tuple[str, Group] | None
     """The key of the sum ``series`` is part of (its name and group, a bucket's ``le`` included); ``None`` for a
     bucket without one."""
     group: Group = group_of(series.labels, query.by)
-    if query.kind == "histogram" and query.ratio is None and series.name == query.series_names()[0]:
+    if series.name in query.bucket_names:
         le = series.labels.get("le")
         if le is None:
             return None
@@ -210,7 +216,7 @@ def exact_window(plan: WindowPlan) -> StepWindow:
 
 def reread_series(query: MetricQuery, raw: Sequence[RawSeries], chosen: set[Target]) -> list[RawSeries]:
     """The raw series of ``query`` among ``raw`` that belong to the ``chosen`` targets."""
-    names = query.series_names()
+    names = query.read_names()
     return [s for s in raw if target_of(s.labels) in chosen and s.name in names and query.matches(s.labels)]
 
 

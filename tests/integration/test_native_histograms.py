@@ -23,10 +23,12 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics.export import NumberDataPoint
 
+from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.base import metrics_of
@@ -50,6 +52,7 @@ pytestmark = [
 
 INTERVAL_S = 0.5
 QUIET_S = 1.2  # more than two scrape intervals: the last sample before each boundary holds everything before it
+SCRAPE_LAG_S = 0.3  # quiet after a boundary too: the bridge's boundary scrapes reach the replicas just after it
 STEPS = 4
 TRAFFIC_S = 1.5
 RESTART_STEP = 2
@@ -77,6 +80,7 @@ class Run:
     servers: dict[str, PrometheusServer]
     windows: list[StepWindow]
     truth: list[tuple[int, int]]  # (tokens, requests) per window
+    scraped: list[dict[str, float]]  # the records of a bridge reading the native store with boundary scrapes
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +101,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             ).start()
         for server in servers.values():
             server.wait_for_samples("vllm:generation_tokens_total", count=2)
-        yield drive(replicas, servers)
+        yield drive(replicas, servers, root)
     finally:
         for server in servers.values():
             server.stop()
@@ -105,13 +109,25 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             replica.stop()
 
 
-def drive(replicas: Sequence[Replica], servers: dict[str, PrometheusServer]) -> Run:
+def drive(replicas: Sequence[Replica], servers: dict[str, PrometheusServer], root: Path) -> Run:
     boundaries: list[float] = []
-    with Traffic([r.sim for r in replicas], seed=35, max_tokens=60) as traffic:
+    # A bridge reading the native store with its own boundary scrapes, live: the targets serve classic text.
+    scraping = Bridge.from_config(
+        {
+            "metrics": METRICS,
+            "run": {"name": "boundary-scrapes", "dir": str(root)},
+            "prometheus": {"url": servers["native"].url, "scrape_interval_s": INTERVAL_S, "boundary": "scrape"},
+        }
+    )
+    with scraping, Traffic([r.sim for r in replicas], seed=35, max_tokens=60) as traffic:
         for step in range(STEPS + 1):
-            with traffic.quiet():
+            with traffic.quiet(after_s=SCRAPE_LAG_S):
                 time.sleep(QUIET_S)
                 boundaries.append(time.time())
+                if step:
+                    scraping.end_step(step - 1)
+                if step < STEPS:
+                    scraping.begin_step(step)
             if step == STEPS:
                 break
             time.sleep(TRAFFIC_S / 2)
@@ -126,7 +142,9 @@ def drive(replicas: Sequence[Replica], servers: dict[str, PrometheusServer]) -> 
         StepWindow(step, start, end, final=step == STEPS - 1)
         for step, (start, end) in enumerate(itertools.pairwise(boundaries))
     ]
-    return Run(servers, windows, [(t.tokens, t.requests) for t in truth])
+    records = [scraping.record(step) for step in range(STEPS)]
+    scraped = [dict(record.values) if record is not None else {} for record in records]
+    return Run(servers, windows, [(t.tokens, t.requests) for t in truth], scraped)
 
 
 def queries() -> list[MetricQuery]:
@@ -204,3 +222,12 @@ def test_the_rules_say_they_cannot_read_native_histograms(run: Run, caplog: pyte
         for key, value in want.items():
             if key[0] != COUNTER:  # read at the rule evaluations, lagging by up to one
                 assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+
+
+def test_boundary_scrapes_read_the_targets_whatever_the_store_keeps(run: Run) -> None:
+    """The bridge's own boundary scrapes read the classic text the targets serve: the native store changes nothing."""
+    for step, record in enumerate(run.scraped):
+        tokens, requests = run.truth[step]
+        assert record["rollout/vllm/request_generation_tokens/count"] == requests, step
+        assert record["rollout/vllm/request_generation_tokens/sum"] == tokens, step
+        assert record["rollout/vllm/generation_tokens_total/delta"] == tokens, step

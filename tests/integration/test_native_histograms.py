@@ -231,3 +231,54 @@ def test_boundary_scrapes_read_the_targets_whatever_the_store_keeps(run: Run) ->
         assert record["rollout/vllm/request_generation_tokens/count"] == requests, step
         assert record["rollout/vllm/request_generation_tokens/sum"] == tokens, step
         assert record["rollout/vllm/generation_tokens_total/delta"] == tokens, step
+
+
+def test_a_histogram_whose_server_comes_up_after_the_bridge_is_read_natively_from_the_next_window(
+    tmp_path: Path,
+) -> None:
+    """Nothing stored at start-up (the rollout server is not up yet): the histogram is read as classic, a window finds
+    no series of it and says so, and asking again finds it native: the next window reads it."""
+    replica = Replica()
+    replica.process.go_down()
+    server = PrometheusServer(
+        tmp_path / "prometheus",
+        [replica.hostport],
+        scrape_interval_s=INTERVAL_S,
+        version="3.16",
+        scrape_options=FORMS["native"],
+    )
+    producer = None
+    try:
+        server.start()
+        client = client_for(PrometheusConfig(url=server.url))
+        producer = PromQLProducer(client, queries(), scrape_interval_s=INTERVAL_S, recording_rules="off")
+        producer.start()
+        replica.process.come_up()
+        server.wait_for_samples("vllm:generation_tokens_total", count=2)
+        boundaries: list[float] = []
+        with Traffic([replica.sim], seed=36, max_tokens=60) as traffic:
+            for step in range(3):
+                with traffic.quiet():
+                    time.sleep(QUIET_S)
+                    boundaries.append(time.time())
+                if step < 2:
+                    time.sleep(TRAFFIC_S)
+            traffic.stop()
+            truth = [traffic.truth(a, b) for a, b in itertools.pairwise(boundaries)]
+        server.wait_for_scrapes_after(boundaries[-1])
+        read = []
+        for step, (start, end) in enumerate(itertools.pairwise(boundaries)):
+            metrics = metrics_of(producer.produce(window=StepWindow(step, start, end)))
+            read.append({metric.name: metric for metric in metrics})
+        assert TOKENS not in read[0]  # read as classic: no series (the record names it missing)
+        points = {
+            str((p.attributes or {}).get(STAT_ATTRIBUTE)): float(p.value)  # type: ignore[attr-defined]
+            for p in read[1][TOKENS].data.data_points
+        }
+        assert points["count"] == truth[1].requests
+        assert points["sum"] == truth[1].tokens
+    finally:
+        if producer is not None:
+            producer.close()
+        server.stop()
+        replica.stop()

@@ -8,7 +8,9 @@ as one native series with custom buckets (NHCB) when the scrape config (or its `
 OTLP). Asked per histogram at start-up, over the store's lookback: a classic ``x_count`` series and a native series
 named ``x`` (``histogram_count(x)`` answers only for native samples). Found both ways, the histogram is read once per
 label set (:attr:`~otel_bridge.producers.metric_set.MetricQuery.stored_as`); found neither way (nothing stored yet),
-it is read as classic. A store that does not evaluate ``histogram_count`` holds no native histograms.
+it is read as classic. A store that does not evaluate ``histogram_count`` holds no native histograms. A histogram that
+a window finds no series of is asked again (:class:`~.store_reader.StoreReader`): one whose servers came up after the
+bridge, or a store whose conversion was switched on or off, is read as it is stored from the next window on.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ _INDEX_LABEL = "otel_bridge_q"
 
 
 def with_histogram_storage(client: PrometheusClient, queries: Sequence[MetricQuery]) -> list[MetricQuery]:
-    """``queries`` with each histogram's :attr:`~MetricQuery.stored_as` as the store holds it now (one query for all);
-    the histograms held natively are logged."""
+    """``queries`` with each histogram's :attr:`~MetricQuery.stored_as` as the store holds it now (one query for all;
+    one found neither way keeps its own); each change is logged (at start-up: the histograms held natively)."""
     histograms = [i for i, q in enumerate(queries) if q.kind == "histogram" and q.ratio is None and q.name]
     if not histograms:
         return list(queries)
@@ -61,15 +63,22 @@ def with_histogram_storage(client: PrometheusClient, queries: Sequence[MetricQue
     resolved = list(queries)
     for index in histograms:
         forms = found.get(index, set())
+        if not forms:
+            continue
         stored: HistogramStorage = "both" if len(forms) == 2 else "native" if forms == {"native"} else "classic"
-        resolved[index] = dataclasses.replace(queries[index], stored_as=stored)
-        if stored != "classic":
+        if stored != queries[index].stored_as:
+            resolved[index] = dataclasses.replace(queries[index], stored_as=stored)
             _log.info(
-                "%s (%s) is stored as a native histogram%s at %s: read from its native series%s",
-                queries[index].key_name,
-                queries[index].entry,
-                " and as classic series" if stored == "both" else "",
-                client.url,
-                " where no classic series has its labels (never counted twice)" if stored == "both" else "",
+                "%s (%s) is stored at %s %s", queries[index].key_name, queries[index].entry, client.url, _SAID[stored]
             )
     return resolved
+
+
+_SAID: dict[HistogramStorage, str] = {
+    "classic": "as classic series (_bucket, _sum, _count): read from them",
+    "native": "as a native histogram: read from its native series",
+    "both": (
+        "as a native histogram and as classic series: read from the classic ones, and from the native ones where no "
+        "classic series has their labels (never counted twice)"
+    ),
+}

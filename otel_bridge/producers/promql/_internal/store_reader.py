@@ -26,6 +26,7 @@ from otel_bridge.health import (
     Health,
 )
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.histogram_storage import with_histogram_storage
 from otel_bridge.producers.promql._internal.plan import (
     REREAD_LOOKBACK_S,
     WINDOW_PLACEHOLDER,
@@ -285,7 +286,24 @@ class StoreReader:
                 )
             else:
                 missing.append(MissingMetric(query, "Prometheus returned no series for it"))
+        self._find_histograms([m.query for m in missing if m.query.kind == "histogram" and m.query.ratio is None])
         return WindowReading(metrics, report)
+
+    def _find_histograms(self, missing: Sequence[MetricQuery]) -> None:
+        """Ask again how the store holds the histograms a window found no series of (:mod:`.histogram_storage`): the
+        next window reads them as they are stored now. A failed question keeps what was found before (counted in
+        ``otel_bridge/query_errors``, logged)."""
+        if not missing:
+            return
+        indices = [self.queries.index(query) for query in missing]
+        try:
+            found = with_histogram_storage(self.client, missing)
+        except PrometheusError as exc:
+            self._health.count(QUERY_ERRORS)
+            self.warn.warning("histogram-storage", "asking how the store holds %s failed: %s", missing[0].key_name, exc)
+            return
+        for index, query in zip(indices, found, strict=True):
+            self.queries[index] = query
 
     def _answer_error(self, query: MetricQuery, groups: int, window: StepWindow) -> None:
         """The store answered figures no window can have for ``groups`` label groups of ``query`` (a negative or

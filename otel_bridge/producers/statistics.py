@@ -364,6 +364,8 @@ class RawSeries:
     labels: Mapping[str, str]
     samples: Sequence[Sample]
     starts: Sequence[float | None] | None = None
+    native: bool = False
+    """A part of a native histogram's samples (:func:`native_series`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,12 +623,12 @@ def native_series(
         starts.append(float(resets))  # a reset count, never after a window's start (no process start time)
     times = [t for t, _ in histograms]
     out = [
-        RawSeries(f"{name}_count", labels, [(t, h.count) for t, h in histograms], starts),
-        RawSeries(f"{name}_sum", labels, [(t, h.sum) for t, h in histograms], starts),
+        RawSeries(f"{name}_count", labels, [(t, h.count) for t, h in histograms], starts, native=True),
+        RawSeries(f"{name}_sum", labels, [(t, h.sum) for t, h in histograms], starts, native=True),
     ]
     for bound in bounds:
         values = [(t, counts.get(bound, 0.0)) for t, counts in zip(times, own, strict=True)]
-        out.append(RawSeries(name, {**labels, "le": native_bound(bound)}, values, starts))
+        out.append(RawSeries(name, {**labels, "le": native_bound(bound)}, values, starts, native=True))
     return out
 
 

@@ -195,8 +195,12 @@ class WindowPlan:
         report_down: bool = True,
         report_unread: bool = False,
         watched: Sequence[str] = (),
+        first_over_time: bool = True,
     ) -> None:
         self.window = window
+        self.first_over_time = first_over_time
+        """Whether the store evaluates ``first_over_time``: the run's last window of a native histogram is closed by
+        its first sample after the end, else by its last one up to :attr:`close_at`."""
         self.watched = sorted({instance for instance in watched if instance})
         self.queries = list(queries)
         self.pad_s = pad_s

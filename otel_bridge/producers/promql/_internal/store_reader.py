@@ -125,6 +125,7 @@ class StoreReader:
             counters=counters,
             report_unread=not self._scrapes_name_members and bool(self._serving.members),
             watched=sorted(self._down_keys),
+            first_over_time=self.setup.store.first_over_time,
         )
 
     def read_clock(self, window: StepWindow) -> StepWindow:

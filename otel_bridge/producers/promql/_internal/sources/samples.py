@@ -117,8 +117,9 @@ def _end_value(plan: WindowPlan, sel: str, *, native: bool = False) -> str:
         return within
     after = promql.duration(plan.close_at - window.end)
     # A native histogram has no smallest sample (min_over_time skips histograms): its first one after the end, which
-    # is the smallest between resets (and any reset after it is a later process's).
-    closing = "first_over_time" if native else "min_over_time"
+    # is the smallest between resets (and any reset after it is a later process's); on a store without
+    # first_over_time, its last one up to close_at (lag_parts measures that one).
+    closing = ("first_over_time" if plan.first_over_time else "last_over_time") if native else "min_over_time"
     return f"({closing}({sel}[{after}] @ {at(plan.close_at)}) or {within})"
 
 
@@ -166,7 +167,8 @@ def lag_parts(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         after = promql.duration(plan.close_at - window.end)
         resolution = promql.duration(max(plan.pad_s / 20, 0.001))
         after_end = f"(timestamp({primary}) > {at(window.end)})[{after}:{resolution}]"
-        first = f"min_over_time({after_end} @ {at(plan.close_at)})"
+        last = primary_names(query)[0] == query.native_name and not plan.first_over_time  # closed by the last one
+        first = f"{'max' if last else 'min'}_over_time({after_end} @ {at(plan.close_at)})"
         end_lag = f"({first} - {at(window.end)}) or abs({at(window.end)} - timestamp({primary} @ {at(window.end)}))"
     start_lag = f"abs({at(window.start)} - timestamp({primary} @ {at(window.start)}))"
     plan.add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
@@ -190,7 +192,8 @@ def summed_share(plan: WindowPlan, index: int, series: RawSeries) -> tuple[tuple
 
     Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it):
     the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest sample in
-    ``(end, close_at]`` when there is one), the start value the last sample in ``(start - pad, start]``.
+    ``(end, close_at]`` when there is one, a native histogram's last one there on a store without ``first_over_time``),
+    the start value the last sample in ``(start - pad, start]``.
     """
     window = plan.window
     assert window.start is not None
@@ -201,7 +204,8 @@ def summed_share(plan: WindowPlan, index: int, series: RawSeries) -> tuple[tuple
     end_values = [v for t, v in series.samples if low < t <= window.end]
     after = [v for t, v in series.samples if window.end < t <= plan.close_at]
     start_values = [v for t, v in series.samples if low < t <= window.start]
-    end = min(after) if window.final and after else (end_values[-1] if end_values else None)
+    closing = after[-1] if after and series.native and not plan.first_over_time else min(after, default=None)
+    end = closing if window.final and after else (end_values[-1] if end_values else None)
     if end is None:
         return None
     return key, end - (start_values[-1] if start_values else 0.0)

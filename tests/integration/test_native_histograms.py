@@ -12,8 +12,8 @@ the run's last window (closed by the first sample after its end) included: every
 included, must be the classic store's. The recording rules (``otel-bridge prometheus-rules``) sum classic series: on
 the native store the rule source says it cannot read the histograms, and they are read beside the rules.
 
-Prometheus 2.42 has no custom-bucket native histograms (``convert_classic_histograms_to_nhcb`` is a 3.x key, 2.42
-refuses the config): only 3.16 runs here.
+Prometheus 2.42 has no custom-bucket native histograms: ``convert_classic_histograms_to_nhcb`` is a 3.x key, and
+2.42 refuses to start with it (the last test), so the reading runs on 3.16 only.
 """
 
 from __future__ import annotations
@@ -288,3 +288,11 @@ def test_a_histogram_whose_server_comes_up_after_the_bridge_is_read_natively_fro
             producer.close()
         server.stop()
         replica.stop()
+
+
+def test_prometheus_2_42_refuses_the_conversion(tmp_path: Path) -> None:
+    """2.42 has no custom-bucket native histograms: it does not start with the key (what docs/compatibility.md says)."""
+    server = PrometheusServer(tmp_path / "prometheus", ["127.0.0.1:9"], version="2.42", scrape_options=FORMS["native"])
+    with pytest.raises(RuntimeError, match="convert_classic_histograms_to_nhcb"):
+        server.start(timeout_s=10.0)
+    server.stop()

@@ -16,6 +16,10 @@ from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_vali
 _log = logging.getLogger(__name__)
 
 Aggregation = Literal["sum", "mean", "max", "min"]
+HistogramStorage = Literal["classic", "native", "both"]
+"""How a store holds a histogram: classic series (``x_bucket``, ``x_sum``, ``x_count``), one native series per label
+set named ``x`` (a native histogram; Prometheus 3's ``convert_classic_histograms_to_nhcb`` makes one of each classic
+histogram it scrapes), or both."""
 ROLE_LABEL = "role"
 """The label a series' role (``roles`` in the configuration) is given, for ``by: [role]``."""
 RoleMap = Mapping[str, Sequence[Mapping[str, str]]]
@@ -55,6 +59,30 @@ class MetricQuery:
     utf8: bool = False
     """An ``otlp:`` entry whose translation strategy keeps dots: :attr:`name` may be a UTF-8 name, quoted in
     selectors (``{"trainer.tokens_total"}``) and refused on a store without UTF-8 names."""
+    stored_as: HistogramStorage = "classic"
+    """How the store holds this histogram (:data:`HistogramStorage`), found at the PromQL path's start-up. With
+    ``both``, a native series is read only where no classic ``_count`` series has its labels: never counted twice."""
+
+    @property
+    def native_name(self) -> str | None:
+        """The name of this histogram's native series, when the store holds it natively (``None`` otherwise)."""
+        if self.kind == "histogram" and self.ratio is None and self.name is not None and self.stored_as != "classic":
+            return self.name
+        return None
+
+    @property
+    def bucket_names(self) -> tuple[str, ...]:
+        """The sample names whose series carry an ``le`` label: a classic histogram's ``_bucket`` (cumulative counts)
+        and, held natively, its native name (each bucket's own count:
+        :func:`~otel_bridge.producers.statistics.native_series`)."""
+        if self.kind != "histogram" or self.ratio is not None or self.name is None:
+            return ()
+        return (f"{self.name}_bucket", *((self.name,) if self.native_name else ()))
+
+    def read_names(self) -> tuple[str, ...]:
+        """The sample names this query's raw series come under: :meth:`series_names`, and the native name of a
+        histogram the store holds natively."""
+        return (*self.series_names(), *((self.native_name,) if self.native_name else ()))
 
     @property
     def utf8_names(self) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from opentelemetry.sdk.metrics.export import Gauge, Metric
 
 from otel_bridge.health import IMPOSSIBLE_VALUES, Health
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
+from otel_bridge.prometheus.answers import NativeHistogram
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.schema import STAT_ATTRIBUTE, gauge_metric
 from otel_bridge.window import GAUGE_STATS, IDLE_STAT, StepWindow, allowed_stats, quantile_of
@@ -363,6 +364,8 @@ class RawSeries:
     labels: Mapping[str, str]
     samples: Sequence[Sample]
     starts: Sequence[float | None] | None = None
+    native: bool = False
+    """A part of a native histogram's samples (:func:`native_series`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,11 +429,11 @@ def possible_increases(query: MetricQuery, increases: Increases) -> tuple[Increa
     with one such figure is left out whole (a histogram's buckets with it), never corrected: its true value is
     unknown. A store's answer that holds one is a wrong answer (:class:`~otel_bridge.producers.promql` counts it)."""
     histogram = query.kind == "histogram" and query.ratio is None
-    names = query.series_names()
-    bucket, may_fall = (names[0], names[1]) if histogram else (None, None)
+    buckets = query.bucket_names
+    may_fall = query.series_names()[1] if histogram else None
     bad: set[Group] = set()
     for (name, group), value in increases.items():
-        base = group[:-1] if name == bucket and group and group[-1][0] == "le" else group
+        base = group[:-1] if name in buckets and group and group[-1][0] == "le" else group
         if not math.isfinite(value) or (value < 0.0 and name != may_fall):
             bad.add(base)
     if not bad:
@@ -438,7 +441,7 @@ def possible_increases(query: MetricQuery, increases: Increases) -> tuple[Increa
     kept = {
         (name, group): value
         for (name, group), value in increases.items()
-        if (group[:-1] if name == bucket and group and group[-1][0] == "le" else group) not in bad
+        if (group[:-1] if name in buckets and group and group[-1][0] == "le" else group) not in bad
     }
     return kept, len(bad)
 
@@ -465,7 +468,7 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
     Keys are ``(sample name, group)``; a histogram bucket's group ends with its ``("le", bound)`` pair. ``None`` when
     no series matches (for a ratio: when either side has none). Without a window start the mapping is empty.
     """
-    names = query.series_names()
+    names = query.read_names()
     selected = [s for s in with_roles(query, series) if s.name in names and query.matches(s.labels)]
     if query.ratio is not None:
         present = {s.name for s in selected}
@@ -476,10 +479,9 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
     increases: Increases = {}
     if window.start is None:
         return increases
-    bucket_name = names[0] if query.kind == "histogram" and query.ratio is None else None
     for s in selected:
         group = group_of(s.labels, query.by)
-        if s.name == bucket_name:
+        if s.name in query.bucket_names:
             le = s.labels.get("le")
             if le is None:
                 continue
@@ -536,27 +538,98 @@ def _gauge(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) 
 def _histogram(query: MetricQuery, increases: Increases) -> list[StatPoint]:
     bucket_name, sum_name, count_name = query.series_names()
     buckets: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    native: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     sums: dict[Group, float] = {}
     counts: dict[Group, float] = {}
     for (name, group), value in increases.items():
-        if name == bucket_name:
+        if name in query.bucket_names:
             try:
                 upper = float(group[-1][1])
             except ValueError:
                 continue
-            buckets[group[:-1]][upper] += value
+            (buckets if name == bucket_name else native)[group[:-1]][upper] += value
         elif name == sum_name:
             sums[group] = value
         elif name == count_name:
             counts[group] = value
     points = []
-    for group in sorted(set(buckets) | set(sums) | set(counts)):
-        bucket_items = sorted(buckets.get(group, {}).items())
+    for group in sorted(set(buckets) | set(native) | set(sums) | set(counts)):
+        bucket_items = _with_native(buckets.get(group, {}), native.get(group, {}))
         for stat in query.stats:
             statistic = histogram_statistic(stat, bucket_items, sums.get(group), counts.get(group))
             if statistic is not None:
                 points.append(StatPoint(stat, group, statistic))
     return points
+
+
+def _with_native(cumulative: Mapping[float, float], own: Mapping[float, float]) -> list[tuple[float, float]]:
+    """``(upper bound, cumulative count)`` pairs of a classic histogram's ``cumulative`` bucket increases plus a native
+    one's buckets (``own``: each bucket's own count by its upper bound, 0 at bounds known only as a lower one,
+    :func:`native_increases`), at every bound either knows. A bound one of them lacks takes its count below that
+    bound (the same layout on both, as Prometheus' conversion keeps it, lacks none)."""
+    if not own:
+        return sorted(cumulative.items())
+    classic = sorted(cumulative.items())
+    merged = []
+    for bound in sorted({*cumulative, *own, math.inf}):
+        below = [count for upper, count in classic if upper <= bound]
+        native = math.fsum(count for upper, count in own.items() if upper <= bound)
+        merged.append((bound, (below[-1] if below else 0.0) + native))
+    return merged
+
+
+def native_bound(value: float) -> str:
+    """A native histogram's bucket bound as an ``le`` value: ``"0.3"``, ``"+Inf"``."""
+    return "+Inf" if value == math.inf else repr(value)
+
+
+def native_increases(name: str, group: Group, histogram: NativeHistogram) -> Increases:
+    """One native ``histogram`` of series ``name`` in label ``group`` as increases of its parts: ``name_count``,
+    ``name_sum``, and each bucket's own count under ``(name, group + le)`` (not cumulative: a bucket Prometheus left
+    out, being empty, adds nothing), with 0 at each bucket's lower bound and at ``+Inf``, so every bound any bucket
+    has is known when the buckets are made cumulative (:func:`stats_from_increases`)."""
+    out: Increases = {(f"{name}_sum", group): histogram.sum, (f"{name}_count", group): histogram.count}
+    for lower, upper, count in histogram.buckets:
+        key = (name, (*group, ("le", native_bound(upper))))
+        out[key] = out.get(key, 0.0) + count
+        if lower != -math.inf:
+            out.setdefault((name, (*group, ("le", native_bound(lower)))), 0.0)
+    out.setdefault((name, (*group, ("le", native_bound(math.inf)))), 0.0)
+    return out
+
+
+def native_series(
+    name: str, labels: Mapping[str, str], histograms: Sequence[tuple[float, NativeHistogram]]
+) -> list[RawSeries]:
+    """One native histogram series' samples as the raw series :func:`window_increases` reads: ``name_count``,
+    ``name_sum``, and per bound any of its buckets has (``+Inf`` included) a series ``name{le=...}`` holding that
+    bucket's own count (0 where it was left out, being empty), as :func:`native_increases` keys them. A histogram
+    whose count or any bucket went down is a new process (a counter reset, as Prometheus detects one): every part
+    carries its reset count in :attr:`RawSeries.starts`, so a bucket that climbed past its old count is still read
+    as reset."""
+    bounds = sorted(
+        {b for _, h in histograms for lower, upper, _ in h.buckets for b in (lower, upper) if b != -math.inf}
+        | {math.inf}
+    )
+    own = [{upper: count for _, upper, count in h.buckets} for _, h in histograms]
+    starts: list[float | None] = []
+    resets = 0
+    for index, (_, histogram) in enumerate(histograms):
+        if index and (
+            histogram.count < histograms[index - 1][1].count
+            or any(own[index].get(b, 0.0) < own[index - 1].get(b, 0.0) for b in bounds)
+        ):
+            resets += 1
+        starts.append(float(resets))  # a reset count, never after a window's start (no process start time)
+    times = [t for t, _ in histograms]
+    out = [
+        RawSeries(f"{name}_count", labels, [(t, h.count) for t, h in histograms], starts, native=True),
+        RawSeries(f"{name}_sum", labels, [(t, h.sum) for t, h in histograms], starts, native=True),
+    ]
+    for bound in bounds:
+        values = [(t, counts.get(bound, 0.0)) for t, counts in zip(times, own, strict=True)]
+        out.append(RawSeries(name, {**labels, "le": native_bound(bound)}, values, starts, native=True))
+    return out
 
 
 def _ratio(query: MetricQuery, increases: Increases) -> list[StatPoint]:

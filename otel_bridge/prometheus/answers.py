@@ -13,6 +13,7 @@ from otel_bridge.errors import PrometheusAPIError, PrometheusResponseError
 from otel_bridge.http.transport import Answer, one_line, truncate
 
 __all__ = [
+    "NativeHistogram",
     "PromSeries",
     "QueryResult",
     "api_error",
@@ -52,15 +53,29 @@ _API_ERROR_HINTS = {
 
 
 @dataclass(frozen=True, slots=True)
+class NativeHistogram:
+    """One native-histogram sample as the API answers it: its ``count``, ``sum`` and non-empty ``buckets``, each
+    ``(lower, upper, count)`` (Prometheus leaves empty buckets out; a custom-bucket histogram's lowest bucket starts at
+    ``-inf``, its highest ends at ``+inf``)."""
+
+    count: float
+    sum: float
+    buckets: tuple[tuple[float, float, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PromSeries:
     """One series of a query result.
 
     ``labels`` includes ``__name__`` when Prometheus returns it; treat it as read-only. ``samples`` holds
-    ``(unix seconds, value)`` pairs; a vector or scalar result has exactly one.
+    ``(unix seconds, value)`` pairs; a vector or scalar result has exactly one. ``histograms`` holds ``(unix seconds,
+    native histogram)`` pairs, read only when the query asked for them (:func:`parse_query_data`'s
+    ``native_histograms``); a series may hold both kinds in a range.
     """
 
     labels: Mapping[str, str]
     samples: tuple[tuple[float, float], ...]
+    histograms: tuple[tuple[float, NativeHistogram], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +186,9 @@ def is_str_dict(value: object) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
-def parse_query_data(data: Any, warnings: tuple[str, ...], url: str) -> QueryResult:
+def parse_query_data(data: Any, warnings: tuple[str, ...], url: str, *, native_histograms: bool = False) -> QueryResult:
+    """The answer of an instant query; native-histogram samples are read with ``native_histograms`` (into
+    :attr:`PromSeries.histograms`), else refused as something otel-bridge does not read."""
     if not isinstance(data, dict) or data.get("resultType") not in _RESULT_TYPES or "result" not in data:
         raise shape_error(url, "'data' lacks a known 'resultType' and a 'result'")
     result_type = cast(Literal["vector", "scalar", "matrix", "string"], data["resultType"])
@@ -182,9 +199,9 @@ def parse_query_data(data: Any, warnings: tuple[str, ...], url: str) -> QueryRes
     elif not isinstance(result, list):
         raise shape_error(url, f"a {result_type} 'result' is not a list")
     elif result_type == "vector":
-        series = tuple(_parse_vector_series(item, url) for item in result)
+        series = tuple(_parse_vector_series(item, url, native_histograms) for item in result)
     else:
-        series = tuple(_parse_matrix_series(item, url) for item in result)
+        series = tuple(_parse_matrix_series(item, url, native_histograms) for item in result)
     return QueryResult(result_type=result_type, series=series, warnings=warnings)
 
 
@@ -206,19 +223,42 @@ def _reject_native_histograms(item: dict[str, Any], url: str) -> None:
         )
 
 
-def _parse_vector_series(item: Any, url: str) -> PromSeries:
+def _parse_vector_series(item: Any, url: str, native_histograms: bool) -> PromSeries:
     labels = _parse_labels(item, url)
-    _reject_native_histograms(item, url)
+    if not native_histograms:
+        _reject_native_histograms(item, url)
+    elif "histogram" in item:
+        return PromSeries(labels=labels, samples=(), histograms=(_parse_histogram_sample(item["histogram"], url),))
     return PromSeries(labels=labels, samples=(_parse_sample(item.get("value"), url, "vector"),))
 
 
-def _parse_matrix_series(item: Any, url: str) -> PromSeries:
+def _parse_matrix_series(item: Any, url: str, native_histograms: bool) -> PromSeries:
     labels = _parse_labels(item, url)
-    _reject_native_histograms(item, url)
-    values = item.get("values")
-    if not isinstance(values, list):
+    if not native_histograms:
+        _reject_native_histograms(item, url)
+    values = item.get("values", [] if "histograms" in item else None)
+    histograms = item.get("histograms", []) if native_histograms else []
+    if not isinstance(values, list) or not isinstance(histograms, list):
         raise shape_error(url, "a matrix series has no 'values' list")
-    return PromSeries(labels=labels, samples=tuple(_parse_sample(v, url, "matrix") for v in values))
+    return PromSeries(
+        labels=labels,
+        samples=tuple(_parse_sample(v, url, "matrix") for v in values),
+        histograms=tuple(_parse_histogram_sample(h, url) for h in histograms),
+    )
+
+
+def _parse_histogram_sample(raw: Any, url: str) -> tuple[float, NativeHistogram]:
+    """``[1717171717.123, {"count": "3", "sum": "0.2", "buckets": [[0, "0.1", "0.5", "3"], ...]}]`` (``buckets``
+    absent when all are empty)."""
+    if not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[1], dict):
+        raise shape_error(url, f"a native-histogram sample is not a [timestamp, {{...}}] pair: {raw!r:.80}")
+    timestamp, _ = _parse_sample([raw[0], "0"], url, "histogram")
+    body = raw[1]
+    try:
+        buckets = tuple((float(b[1]), float(b[2]), float(b[3])) for b in body.get("buckets") or [])
+        return timestamp, NativeHistogram(float(body["count"]), float(body["sum"]), buckets)
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise shape_error(url, f"a native histogram is not count, sum and buckets: {body!r:.120}") from None
 
 
 def _parse_sample(raw: Any, url: str, result_type: str) -> tuple[float, float]:

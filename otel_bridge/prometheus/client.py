@@ -85,8 +85,11 @@ class PrometheusClient:
         (VictoriaMetrics: ``nocache=1``, or it evaluates a query near now at ``now - search.latencyOffset``)."""
         self._query_params = (*self._query_params, *params)
 
-    def query(self, expr: str, *, time: float | None = None, timeout_s: float | None = None) -> QueryResult:
-        """Evaluate the instant query ``expr`` (``/api/v1/query``), at ``time`` (unix seconds) if given.
+    def query(
+        self, expr: str, *, time: float | None = None, timeout_s: float | None = None, native_histograms: bool = False
+    ) -> QueryResult:
+        """Evaluate the instant query ``expr`` (``/api/v1/query``), at ``time`` (unix seconds) if given; its
+        native-histogram samples are read with ``native_histograms`` (:attr:`PromSeries.histograms`), else refused.
 
         Sent as a GET, or as a form-encoded POST when the encoded parameters are longer than
         ``post_threshold_bytes``. ``timeout_s`` overrides the client's timeout for this call.
@@ -107,7 +110,7 @@ class PrometheusClient:
                 url=url,
                 limit_bytes=self._options.max_response_bytes,
             )
-        return parse_query_data(data, warnings, url)
+        return parse_query_data(data, warnings, url, native_histograms=native_histograms)
 
     def metadata(self, metric: str | None = None) -> dict[str, list[dict[str, str]]]:
         """Metric metadata (``/api/v1/metadata``): ``{metric: [{"type", "help", "unit"}, ...]}``."""

@@ -189,7 +189,10 @@ class PrometheusServer(ServerProcess):
     ``--web.enable-remote-write-receiver`` (``tests/helpers/remote_write.py`` pushes to it). ``otlp_receiver`` (3.x)
     starts it with ``--web.enable-otlp-receiver`` (``/api/v1/otlp/v1/metrics``) and ``otlp`` is the config's ``otlp:``
     section (3.x: ``{"translation_strategy": "NoTranslation"}``, ...); ``features`` are
-    ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x). ``discovery_reload_s``
+    ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x), and so are
+    ``scrape_options``, more keys of its scrape config as Prometheus names them
+    (``{"convert_classic_histograms_to_nhcb": True}``: 3.x stores each classic histogram as one native series with
+    custom buckets). ``discovery_reload_s``
     is how often a Prometheus 3 applies target changes (:data:`DISCOVERY_RELOAD_S`; ``None``: its default, 5 s, for a
     test of what a client sees before Prometheus took up its targets).
     """
@@ -214,6 +217,7 @@ class PrometheusServer(ServerProcess):
         fallback_scrape_protocol: str | None = None,
         otlp: Mapping[str, Any] | None = None,
         discovery_reload_s: float | None = DISCOVERY_RELOAD_S,
+        scrape_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(workdir, port, "/-/ready")
         if version not in PROMETHEUS_VERSIONS:
@@ -228,6 +232,7 @@ class PrometheusServer(ServerProcess):
         self.otlp = dict(otlp) if otlp is not None else None
         self.features = list(features)
         self.fallback_scrape_protocol = fallback_scrape_protocol
+        self.scrape_options = dict(scrape_options or {})
         self.targets = list(targets)
         self.scrape_interval_s = scrape_interval_s
         self.extra_scrape_configs = list(extra_scrape_configs)
@@ -249,6 +254,7 @@ class PrometheusServer(ServerProcess):
             }
             if self.fallback_scrape_protocol:
                 job["fallback_scrape_protocol"] = self.fallback_scrape_protocol
+            job.update(self.scrape_options)
             scrape_configs.append(job)
         scrape_configs.extend(self.extra_scrape_configs)
         config: dict[str, Any] = {

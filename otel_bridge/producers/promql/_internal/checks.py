@@ -101,7 +101,7 @@ def check_expressions(
     ).expressions(*limit)
     try:
         for expression in expressions:
-            client.query(expression, time=window.end)
+            client.query(expression, time=window.end, native_histograms=True)
     except PrometheusAPIError as exc:
         if not _rejected(exc):  # a 401, an overloaded or failing server: not the config's fault
             raise
@@ -119,7 +119,7 @@ def check_expressions(
                 ).expressions(*limit)
             try:
                 for part in parts:
-                    client.query(part, time=window.end)
+                    client.query(part, time=window.end, native_histograms=True)
             except PrometheusAPIError as own:
                 if not _rejected(own):
                     raise

@@ -2,7 +2,8 @@
 chosen from it (:func:`choose_source`).
 
 :func:`negotiate` detects the store, checks the configured names and each window's query against it, resolves
-metric types, and finds the targets serving the counting queries and their schedule: a frozen
+metric types and how each histogram is stored (:mod:`.histogram_storage`), and finds the targets serving the counting
+queries and their schedule: a frozen
 :class:`~.setup.Setup`. :func:`choose_source` then picks how windows are read, once:
 
 1. the bridge's boundary scrapes (:mod:`.sources.boundary_scrapes`), when ``prometheus.boundary`` asks for them
@@ -26,6 +27,7 @@ from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
 from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.checks import check_expressions, check_names, resolve_kind
+from otel_bridge.producers.promql._internal.histogram_storage import with_histogram_storage
 from otel_bridge.producers.promql._internal.plan import primary_names
 from otel_bridge.producers.promql._internal.rules import RuleSet, rules_in_use
 from otel_bridge.producers.promql._internal.rules import counting as counts
@@ -109,6 +111,7 @@ def negotiate(
     if any(q.needs_kind for q in resolved):
         metadata = client.metadata()
         resolved = [resolve_kind(q, metadata) for q in resolved]
+    resolved = with_histogram_storage(client, resolved)
     pad_s = 2.0 * interval_s
     now = time.time()  # a check needs no exact time: the store's clock is measured once the queries are known good
     counting = [i for i, q in enumerate(resolved) if counts(q)]

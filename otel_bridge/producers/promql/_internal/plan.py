@@ -37,11 +37,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from otel_bridge.errors import QueryTooLongError
+from otel_bridge.errors import PrometheusResponseError, QueryTooLongError
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
-from otel_bridge.producers.statistics import Group, Increases, StatPoint, group_of
+from otel_bridge.producers.statistics import Group, Increases, StatPoint, group_of, native_increases
 from otel_bridge.prometheus import promql
-from otel_bridge.prometheus.answers import QueryResult
+from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.window import IDLE_STAT, StepWindow
 
 TAG_LABEL = "otel_bridge_q"
@@ -133,7 +133,37 @@ def primary_names(query: MetricQuery) -> tuple[str, ...]:
     if query.ratio is not None:
         return query.ratio
     names = query.series_names()
-    return names[-1:] if query.kind == "histogram" else names
+    if query.kind != "histogram":
+        return names
+    return (*(names[-1:] if query.stored_as != "native" else ()), *((query.native_name,) if query.native_name else ()))
+
+
+def stored_names(query: MetricQuery) -> tuple[str, ...]:
+    """The sample names a window's sums read for counting query ``query``: its series names, a histogram held natively
+    by its native name instead, or by both names when the store holds both (:func:`native_only` keeps them apart)."""
+    if query.native_name is None:
+        return query.series_names()
+    return (query.native_name,) if query.stored_as == "native" else (*query.series_names(), query.native_name)
+
+
+def native_only(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> Callable[[str], str]:
+    """``per_series``; for the native series of a histogram the store holds both ways, only those without a classic
+    ``_count`` series of the same labels (Prometheus' ``always_scrape_classic_histograms`` stores both of one
+    histogram: it is read once, as classic)."""
+    if name != query.native_name or query.stored_as != "both":
+        return per_series
+    count = query.series_names()[-1]
+
+    def only(sel: str) -> str:
+        quoted = "{" + promql.quote_label_value(name)
+        classic = (
+            count + sel[len(name) :]
+            if sel.startswith(name)
+            else "{" + promql.quote_label_value(count) + sel[len(quoted) :]
+        )
+        return f"({per_series(sel)} unless {per_series(classic)})"
+
+    return only
 
 
 def at(t: float) -> str:
@@ -165,8 +195,12 @@ class WindowPlan:
         report_down: bool = True,
         report_unread: bool = False,
         watched: Sequence[str] = (),
+        first_over_time: bool = True,
     ) -> None:
         self.window = window
+        self.first_over_time = first_over_time
+        """Whether the store evaluates ``first_over_time``: the run's last window of a native histogram is closed by
+        its first sample after the end, else by its last one up to :attr:`close_at`."""
         self.watched = sorted({instance for instance in watched if instance})
         self.queries = list(queries)
         self.pad_s = pad_s
@@ -272,6 +306,9 @@ class WindowPlan:
         answer = WindowAnswer(present=set() if self.watched else None)
         for series in result.series:
             part = self.parts.get(series.labels.get(TAG_LABEL, ""))
+            if part is not None and series.histograms:
+                self._read_native(answer, part, series)
+                continue
             if part is None or not series.samples:
                 continue
             labels = {k: v for k, v in series.labels.items() if k not in (TAG_LABEL, "__name__")}
@@ -301,7 +338,7 @@ class WindowPlan:
                 answer.reread.setdefault(part.index, set()).add(target)
             elif part.kind in ("end", "start", "increase"):
                 group: Group = group_of(labels, query.by)
-                if "le" in labels and part.name == query.series_names()[0] and query.kind == "histogram":
+                if "le" in labels and part.name in query.bucket_names:
                     group = (*group, ("le", labels["le"]))
                 sign = -1.0 if part.kind == "start" else 1.0
                 increases = answer.increases.setdefault(part.index, {})
@@ -313,13 +350,33 @@ class WindowPlan:
                 answer.points.setdefault(part.index, []).append(StatPoint(part.stat, group, value))
         return answer
 
+    def _read_native(self, answer: WindowAnswer, part: Part, series: PromSeries) -> None:
+        """A native histogram in the answer: a boundary's or the window's increase of a histogram query held natively
+        (its buckets, sum and count, :func:`~otel_bridge.producers.statistics.native_increases`); in any other part
+        (raw PromQL) a :class:`PrometheusResponseError`, as the answer would have been without native histograms."""
+        query = self.queries[part.index] if part.index >= 0 else None
+        if query is None or query.native_name is None or part.kind not in ("end", "start", "increase"):
+            raise PrometheusResponseError(
+                f"step {self.window.step}: {query.entry if query else 'a part of the query'} returned native-histogram "
+                "samples, which otel-bridge does not read there; wrap the expression in histogram_quantile(), "
+                "histogram_sum() or histogram_count()"
+            )
+        labels = {k: v for k, v in series.labels.items() if k not in (TAG_LABEL, "__name__")}
+        sign = -1.0 if part.kind == "start" else 1.0
+        increases = answer.increases.setdefault(part.index, {})
+        for key, value in native_increases(
+            query.native_name, group_of(labels, query.by), series.histograms[-1][1]
+        ).items():
+            increases[key] = increases.get(key, 0.0) + sign * value
+        answer.answered.add(part.index)
+
     def reread_expression(self, targets: set[Target]) -> str | None:
         """The range-selector query returning the raw samples of ``targets`` (evaluate at :attr:`reread_until`): the
         counting queries' series and :attr:`reread_names`, from their lookback (and :attr:`reread_from`) on."""
         window = self.window
         if not targets or window.start is None:
             return None
-        names = sorted({name for i in self.increase_queries for name in self.queries[i].series_names()})
+        names = sorted({name for i in self.increase_queries for name in self.queries[i].read_names()})
         names.extend(self.reread_names)
         instances = sorted({instance for _, instance in targets})
         low = window.start - max(self.pad_s, REREAD_LOOKBACK_S)

@@ -201,7 +201,12 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
         return None, "; ".join(problems)
     records: dict[int, tuple[str, ...]] = {}
     for index, query in enumerate(queries):
-        if counting(query) and not query.roles:  # the rules sum by labels; roles are the bridge's own grouping
+        if counting(query) and query.native_name is not None:
+            problems.append(
+                f"{query.key_name} is stored as a native histogram, and the rules sum its classic series only: it is "
+                "read from the samples beside them"
+            )
+        elif counting(query) and not query.roles:  # the rules sum by labels; roles are the bridge's own grouping
             rules = [sum_rule(query, p) for p in range(len(query.series_names()))]
             if all([usable(rule) for rule in rules]):
                 records[index] = tuple(rule.record for rule in rules)

@@ -65,6 +65,9 @@ class Store:
     max_query_setting: str = "the store's longest query"
     """What sets :attr:`max_query_bytes`, as an operator changes it (``VictoriaMetrics' -search.maxQueryLen``)."""
     storing_delay_s: float = 0.0
+    first_over_time: bool = False
+    """Whether the store evaluates ``first_over_time`` (Prometheus 3.14 and later; earlier 3.x behind
+    ``--enable-feature=promql-experimental-functions``): what closes the run's last window of a native histogram."""
     rules: str | None = None
     """Why the store cannot run otel-bridge's recording rules (``None``: it may, as Prometheus does)."""
     clock: str | None = None
@@ -123,6 +126,7 @@ def detect_store(client: PrometheusClient) -> Store:
                 version,
                 increase="anchored" if _promql_feature(features, "anchored") or _parses(client, _anchored) else None,
                 utf8_names=_parses(client, _utf8_name),
+                first_over_time=_parses(client, _first_over_time),
                 known_from_sources=True,
                 notes=(
                     "no /api/v1/targets: windows are bounded by its samples; give prometheus.scrape_interval_s",
@@ -135,6 +139,7 @@ def detect_store(client: PrometheusClient) -> Store:
                 version,
                 increase="anchored" if _promql_feature(features, "anchored") or _parses(client, _anchored) else None,
                 utf8_names=_parses(client, _utf8_name),
+                first_over_time=_parses(client, _first_over_time),
             )
     if disagreement:  # said by doctor too
         store = replace(store, notes=(*store.notes, *disagreement))
@@ -189,6 +194,10 @@ def _metricsql_increase() -> str:
 
 def _metricsql_only() -> str:
     return f"WITH (otel_bridge_probe = {_PROBE_NAME}) otel_bridge_probe"
+
+
+def _first_over_time() -> str:
+    return f"first_over_time({_PROBE_NAME}[1m] @ 0)"
 
 
 def _utf8_name() -> str:

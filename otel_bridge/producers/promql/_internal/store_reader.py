@@ -26,6 +26,7 @@ from otel_bridge.health import (
     Health,
 )
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.histogram_storage import with_histogram_storage
 from otel_bridge.producers.promql._internal.plan import (
     REREAD_LOOKBACK_S,
     WINDOW_PLACEHOLDER,
@@ -39,6 +40,7 @@ from otel_bridge.producers.promql._internal.targets import ServingTargets
 from otel_bridge.producers.statistics import (
     ImpossibleValues,
     RawSeries,
+    native_series,
     possible_increases,
     possible_points,
     stats_from_increases,
@@ -123,6 +125,7 @@ class StoreReader:
             counters=counters,
             report_unread=not self._scrapes_name_members and bool(self._serving.members),
             watched=sorted(self._down_keys),
+            first_over_time=self.setup.store.first_over_time,
         )
 
     def read_clock(self, window: StepWindow) -> StepWindow:
@@ -205,7 +208,9 @@ class StoreReader:
         expressions = plan.expressions(store.max_query_bytes, store.max_query_setting)
         if not expressions:
             return WindowAnswer()
-        results = [self.client.query(expression, time=plan.window.end) for expression in expressions]
+        results = [
+            self.client.query(expression, time=plan.window.end, native_histograms=True) for expression in expressions
+        ]
         self._report_warnings(plan.window, results)
         return (read or plan.read)(
             QueryResult(
@@ -220,7 +225,8 @@ class StoreReader:
         targets = {t for targets in answer.reread.values() for t in targets}
         expression = plan.reread_expression(targets)
         if expression is not None:
-            reconcile(plan, answer, raw_series(self.client.query(expression, time=plan.reread_until)))
+            result = self.client.query(expression, time=plan.reread_until, native_histograms=True)
+            reconcile(plan, answer, raw_series(result))
 
     def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
         """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's
@@ -281,7 +287,24 @@ class StoreReader:
                 )
             else:
                 missing.append(MissingMetric(query, "Prometheus returned no series for it"))
+        self._find_histograms([m.query for m in missing if m.query.kind == "histogram" and m.query.ratio is None])
         return WindowReading(metrics, report)
+
+    def _find_histograms(self, missing: Sequence[MetricQuery]) -> None:
+        """Ask again how the store holds the histograms a window found no series of (:mod:`.histogram_storage`): the
+        next window reads them as they are stored now. A failed question keeps what was found before (counted in
+        ``otel_bridge/query_errors``, logged)."""
+        if not missing:
+            return
+        indices = [self.queries.index(query) for query in missing]
+        try:
+            found = with_histogram_storage(self.client, missing)
+        except PrometheusError as exc:
+            self._health.count(QUERY_ERRORS)
+            self.warn.warning("histogram-storage", "asking how the store holds %s failed: %s", missing[0].key_name, exc)
+            return
+        for index, query in zip(indices, found, strict=True):
+            self.queries[index] = query
 
     def _answer_error(self, query: MetricQuery, groups: int, window: StepWindow) -> None:
         """The store answered figures no window can have for ``groups`` label groups of ``query`` (a negative or
@@ -375,12 +398,21 @@ def _expects_answer(query: MetricQuery, window: StepWindow) -> bool:
 
 def raw_series(result: QueryResult) -> list[RawSeries]:
     """The series of a range-vector answer, each with its name apart from its labels (the ones without a name left
-    out)."""
+    out). A native histogram's samples become its parts' series (:func:`native_series`), unless a classic ``_count``
+    series of the same labels is in the answer too (the store holds the histogram both ways: read once, as classic)."""
     out = []
+    classic = {
+        (series.labels["__name__"], *sorted((k, v) for k, v in series.labels.items() if k != "__name__"))
+        for series in result.series
+        if series.samples and series.labels.get("__name__", "").endswith("_count")
+    }
     for series in result.series:
         name = series.labels.get("__name__")
         if name is None:
             continue
         labels = {k: v for k, v in series.labels.items() if k != "__name__"}
-        out.append(RawSeries(name=name, labels=labels, samples=series.samples))
+        if series.samples:
+            out.append(RawSeries(name=name, labels=labels, samples=series.samples))
+        if series.histograms and (f"{name}_count", *sorted(labels.items())) not in classic:
+            out.extend(native_series(name, labels, series.histograms))
     return out

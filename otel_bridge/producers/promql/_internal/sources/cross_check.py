@@ -161,9 +161,12 @@ def _plan_name(increase: str | None) -> str:
 def ask(client: PrometheusClient, store: Store, plan: WindowPlan) -> WindowAnswer:
     """``plan``'s answer from ``store``, its re-read targets reconciled as the samples source does, outside a run (no
     health keys, no waits): what ``otel-bridge doctor`` cross-checks a past window with."""
-    results = [client.query(expression, time=plan.window.end) for expression in plan.expressions(store.max_query_bytes)]
+    results = [
+        client.query(expression, time=plan.window.end, native_histograms=True)
+        for expression in plan.expressions(store.max_query_bytes)
+    ]
     answer = plan.read(QueryResult("vector", tuple(series for result in results for series in result.series), ()))
     expression = plan.reread_expression({t for targets in answer.reread.values() for t in targets})
     if expression is not None:
-        reconcile(plan, answer, raw_series(client.query(expression, time=plan.reread_until)))
+        reconcile(plan, answer, raw_series(client.query(expression, time=plan.reread_until, native_histograms=True)))
     return answer

@@ -17,7 +17,16 @@ from collections.abc import Sequence
 
 from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql._internal.plan import CounterParts, ExactIncrease, Part, WindowPlan, at, roled
+from otel_bridge.producers.promql._internal.plan import (
+    CounterParts,
+    ExactIncrease,
+    Part,
+    WindowPlan,
+    at,
+    native_only,
+    roled,
+    stored_names,
+)
 from otel_bridge.producers.promql._internal.rules import counting
 from otel_bridge.producers.promql._internal.sources.cross_check import (
     Disagreement,
@@ -100,14 +109,15 @@ def _exact_increase(plan: WindowPlan, index: int, query: MetricQuery, exact: Exa
     assert window.start is not None
     # Both ends in whole milliseconds, as at() writes them, so the range starts exactly at the start's at().
     length = promql.duration((round(window.end * 1000) - round(window.start * 1000)) / 1000)
-    histogram = query.kind == "histogram" and query.ratio is None
     # A window shorter than two scrape intervals may hold no sample of a live series (increase() then answers
     # nothing for it): those add 0, so the key stays.
     present = promql.duration(plan.pad_s) if window.end - window.start < plan.pad_s else None
     end = at(window.end)
-    for position, name in enumerate(query.series_names()):
-        by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-        increase = roled(query, name, lambda sel: exact(sel, length, end, present=present))
+    for position, name in enumerate(stored_names(query)):
+        # A native histogram's increase is one (its buckets, sum and count): read whole, by its labels alone.
+        by = ", ".join([*query.by, *(["le"] if name in query.bucket_names and name != query.native_name else [])])
+        own = native_only(query, name, lambda sel: exact(sel, length, end, present=present))
+        increase = roled(query, name, own)
         plan.add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
     lag_parts(plan, index, query)
 

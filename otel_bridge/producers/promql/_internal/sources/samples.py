@@ -19,6 +19,7 @@ queries the rules do not serve, with these parts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from otel_bridge.producers.metric_set import MetricQuery
@@ -30,8 +31,10 @@ from otel_bridge.producers.promql._internal.plan import (
     WindowAnswer,
     WindowPlan,
     at,
+    native_only,
     primary_names,
     roled,
+    stored_names,
     target_of,
 )
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
@@ -106,14 +109,18 @@ def boundary_sums(plan: WindowPlan, indices: Sequence[int] | None = None) -> Non
         _increase(plan, index, plan.queries[index])
 
 
-def _end_value(plan: WindowPlan, sel: str) -> str:
+def _end_value(plan: WindowPlan, sel: str, *, native: bool = False) -> str:
     window = plan.window
     assert window.start is not None
     within = f"last_over_time({sel}[{promql.duration(window.end - window.start + plan.pad_s)}] @ {at(window.end)})"
     if not window.final or plan.close_at <= window.end:  # no targets known: nothing closes it later (remote write)
         return within
     after = promql.duration(plan.close_at - window.end)
-    return f"(min_over_time({sel}[{after}] @ {at(plan.close_at)}) or {within})"
+    # A native histogram has no smallest sample (min_over_time skips histograms): its first one after the end, which
+    # is the smallest between resets (and any reset after it is a later process's); on a store without
+    # first_over_time, its last one up to close_at (lag_parts measures that one).
+    closing = ("first_over_time" if plan.first_over_time else "last_over_time") if native else "min_over_time"
+    return f"({closing}({sel}[{after}] @ {at(plan.close_at)}) or {within})"
 
 
 def _base_value(plan: WindowPlan, sel: str) -> str:
@@ -134,14 +141,14 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     reread = " or ".join(flags)
     targets = ", ".join(TARGET_LABELS)
     plan.add(f"{index}/reread", Part("reread", index), f"group by ({targets}) ({reread})")
-    histogram = query.kind == "histogram" and query.ratio is None
-    for position, name in enumerate(query.series_names()):
-        by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
+    for position, name in enumerate(stored_names(query)):
+        by = ", ".join([*query.by, *(["le"] if name in query.bucket_names and name != query.native_name else [])])
         # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
         # out client-side (summed_share), so Prometheus touches every series once per boundary and evaluates the
         # re-read selection once per query (measured in bench/suite_promql_scale.py).
-        end = roled(query, name, lambda sel: _end_value(plan, sel))
-        base = roled(query, name, lambda sel: _base_value(plan, sel))
+        end_value = functools.partial(_end_value, plan, native=name == query.native_name)
+        end = roled(query, name, native_only(query, name, end_value))
+        base = roled(query, name, native_only(query, name, lambda sel: _base_value(plan, sel)))
         plan.add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
         plan.add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
     lag_parts(plan, index, query)
@@ -160,7 +167,8 @@ def lag_parts(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         after = promql.duration(plan.close_at - window.end)
         resolution = promql.duration(max(plan.pad_s / 20, 0.001))
         after_end = f"(timestamp({primary}) > {at(window.end)})[{after}:{resolution}]"
-        first = f"min_over_time({after_end} @ {at(plan.close_at)})"
+        last = primary_names(query)[0] == query.native_name and not plan.first_over_time  # closed by the last one
+        first = f"{'max' if last else 'min'}_over_time({after_end} @ {at(plan.close_at)})"
         end_lag = f"({first} - {at(window.end)}) or abs({at(window.end)} - timestamp({primary} @ {at(window.end)}))"
     start_lag = f"abs({at(window.start)} - timestamp({primary} @ {at(window.start)}))"
     plan.add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
@@ -171,7 +179,7 @@ def share_key(query: MetricQuery, series: RawSeries) -> tuple[str, Group] | None
     """The key of the sum ``series`` is part of (its name and group, a bucket's ``le`` included); ``None`` for a
     bucket without one."""
     group: Group = group_of(series.labels, query.by)
-    if query.kind == "histogram" and query.ratio is None and series.name == query.series_names()[0]:
+    if series.name in query.bucket_names:
         le = series.labels.get("le")
         if le is None:
             return None
@@ -184,7 +192,8 @@ def summed_share(plan: WindowPlan, index: int, series: RawSeries) -> tuple[tuple
 
     Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it):
     the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest sample in
-    ``(end, close_at]`` when there is one), the start value the last sample in ``(start - pad, start]``.
+    ``(end, close_at]`` when there is one, a native histogram's last one there on a store without ``first_over_time``),
+    the start value the last sample in ``(start - pad, start]``.
     """
     window = plan.window
     assert window.start is not None
@@ -195,7 +204,8 @@ def summed_share(plan: WindowPlan, index: int, series: RawSeries) -> tuple[tuple
     end_values = [v for t, v in series.samples if low < t <= window.end]
     after = [v for t, v in series.samples if window.end < t <= plan.close_at]
     start_values = [v for t, v in series.samples if low < t <= window.start]
-    end = min(after) if window.final and after else (end_values[-1] if end_values else None)
+    closing = after[-1] if after and series.native and not plan.first_over_time else min(after, default=None)
+    end = closing if window.final and after else (end_values[-1] if end_values else None)
     if end is None:
         return None
     return key, end - (start_values[-1] if start_values else 0.0)
@@ -210,7 +220,7 @@ def exact_window(plan: WindowPlan) -> StepWindow:
 
 def reread_series(query: MetricQuery, raw: Sequence[RawSeries], chosen: set[Target]) -> list[RawSeries]:
     """The raw series of ``query`` among ``raw`` that belong to the ``chosen`` targets."""
-    names = query.series_names()
+    names = query.read_names()
     return [s for s in raw if target_of(s.labels) in chosen and s.name in names and query.matches(s.labels)]
 
 

@@ -1,0 +1,84 @@
+"""How the store holds each configured histogram, found once at start-up: classic series, native ones, or both.
+
+A classic histogram is three kinds of series (``x_bucket`` per bound, ``x_sum``, ``x_count``); a native histogram is one
+series named ``x`` whose every sample holds the buckets, sum and count. Prometheus 3 stores a scraped classic histogram
+as one native series with custom buckets (NHCB) when the scrape config (or its ``global`` section) sets
+``convert_classic_histograms_to_nhcb: true``, and then keeps the classic series too only with
+``always_scrape_classic_histograms: true``; a store may also hold native histograms sent natively (remote write,
+OTLP). Asked per histogram at start-up, over the store's lookback: a classic ``x_count`` series and a native series
+named ``x`` (``histogram_count(x)`` answers only for native samples). Found both ways, the histogram is read once per
+label set (:attr:`~otel_bridge.producers.metric_set.MetricQuery.stored_as`); found neither way (nothing stored yet),
+it is read as classic. A store that does not evaluate ``histogram_count`` holds no native histograms. A histogram that
+a window finds no series of is asked again (:class:`~.store_reader.StoreReader`): one whose servers came up after the
+bridge, or a store whose conversion was switched on or off, is read as it is stored from the next window on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from otel_bridge.errors import PrometheusAPIError
+from otel_bridge.producers.metric_set import HistogramStorage, MetricQuery
+from otel_bridge.prometheus import promql
+from otel_bridge.prometheus.client import PrometheusClient
+
+__all__ = ["with_histogram_storage"]
+
+_log = logging.getLogger(__name__)
+
+_FORM_LABEL = "otel_bridge_form"
+_INDEX_LABEL = "otel_bridge_q"
+
+
+def with_histogram_storage(client: PrometheusClient, queries: Sequence[MetricQuery]) -> list[MetricQuery]:
+    """``queries`` with each histogram's :attr:`~MetricQuery.stored_as` as the store holds it now (one query for all;
+    one found neither way keeps its own); each change is logged (at start-up: the histograms held natively)."""
+    histograms = [i for i, q in enumerate(queries) if q.kind == "histogram" and q.ratio is None and q.name]
+    if not histograms:
+        return list(queries)
+    parts = []
+    for index in histograms:
+        query = queries[index]
+        assert query.name is not None
+        matchers = dict(query.matchers)
+        classic = promql.selector(query.series_names()[-1], matchers, utf8=query.utf8)
+        native = promql.selector(query.name, matchers, utf8=query.utf8)
+        for form, expr in (("classic", f"group({classic})"), ("native", f"group(histogram_count({native}))")):
+            tagged = promql.tag_series(promql.tag_series(expr, _FORM_LABEL, form), _INDEX_LABEL, str(index))
+            parts.append(tagged)
+    try:
+        result = client.query(promql.union(parts))
+    except PrometheusAPIError as exc:
+        if exc.error_type not in ("bad_data", "400") and exc.status_code not in (400, 422):
+            raise
+        _log.info("%s does not evaluate histogram_count(): every histogram is read as classic series", client.url)
+        return list(queries)
+    found: dict[int, set[str]] = {}
+    for series in result.series:
+        tag, form = series.labels.get(_INDEX_LABEL, ""), series.labels.get(_FORM_LABEL, "")
+        if tag.isdigit() and form:
+            found.setdefault(int(tag), set()).add(form)
+    resolved = list(queries)
+    for index in histograms:
+        forms = found.get(index, set())
+        if not forms:
+            continue
+        stored: HistogramStorage = "both" if len(forms) == 2 else "native" if forms == {"native"} else "classic"
+        if stored != queries[index].stored_as:
+            resolved[index] = dataclasses.replace(queries[index], stored_as=stored)
+            _log.info(
+                "%s (%s) is stored at %s %s", queries[index].key_name, queries[index].entry, client.url, _SAID[stored]
+            )
+    return resolved
+
+
+_SAID: dict[HistogramStorage, str] = {
+    "classic": "as classic series (_bucket, _sum, _count): read from them",
+    "native": "as a native histogram: read from its native series",
+    "both": (
+        "as a native histogram and as classic series: read from the classic ones, and from the native ones where no "
+        "classic series has their labels (never counted twice)"
+    ),
+}

@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 # progress until pytest ends.
 MAKEFLAGS += --jobs=2
 
-.PHONY: demo test check lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
+.PHONY: demo test check lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -58,11 +58,12 @@ faketime:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null || \
 	echo "warning: 'apt-get install faketime' failed (see above): the clock-offset tests will skip." >&2
 
-# The peers: servers the tests talk to, built from their Go modules (needs Go >= 1.26.7 and the Go module proxy) into a
-# cache outside the clone, ~/.cache/otel-bridge/peers (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when
-# their recipe changed. Prometheus 3.16, the OpenTelemetry Collector distribution of collector/manifest.yaml and
-# VictoriaMetrics; see peers/build.sh and docs/peers.md (what each is, build times).
-peers: peer-prometheus3 peer-otelcol peer-victoriametrics
+# The peers: servers the tests talk to, built into a cache outside the clone, ~/.cache/otel-bridge/peers
+# (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when their recipe changed. Prometheus 3.16, the
+# OpenTelemetry Collector distribution of collector/manifest.yaml and VictoriaMetrics from their Go modules (needs Go
+# >= 1.26.7 and the Go module proxy); vLLM's CPU build from PyPI in its own venv (needs PYTHON 3.11-3.14). See
+# peers/build.sh and docs/peers.md (what each is, build times).
+peers: peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm
 
 peer-prometheus3:
 	peers/build.sh prometheus3
@@ -72,6 +73,9 @@ peer-otelcol:
 
 peer-victoriametrics:
 	peers/build.sh victoriametrics
+
+peer-vllm:
+	PYTHON=$(PYTHON) peers/build.sh vllm
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

@@ -13,10 +13,11 @@ scraping it every second, and five bridges side by side on the same requests and
 Steps tile the run (step 0 begins with ``begin_step``, the others end with ``log()``). Requests
 (:class:`tests.helpers.vllm_requests.Requests`, two clients, 1-12 generated tokens each) run from just after the first
 boundary, across every boundary, until right before the last one, which ends most of a scrape interval after a
-Prometheus scrape. In step 2 the requests pause, each Prometheus scrapes the idle server once more, and the server's
-processes are killed (SIGKILL to its process group, as a crash); step 2 ends with the port refusing connections, and
-step 3 starts a new server on the same port (its counters from zero), waits until it serves, and sends requests again
-until its end.
+Prometheus scrape. In step 2 the requests pause, every observer reads the idle server once more (each Prometheus, and
+each bridge's sampler between boundaries: what the old process counted after a path's last reading would be lost to
+that path), and the server's processes are killed (SIGKILL to its process group, as a crash); step 2 ends with the
+port refusing connections, and step 3 starts a new server on the same port (its counters from zero), waits until it
+serves, and sends requests again until its end.
 
 Checks, from the request log (no timing asserts): every step of every path lies between the requests wholly inside its
 window and those overlapping it (:meth:`Requests.bounds`), the window's boundaries widened by how far their readings
@@ -29,11 +30,12 @@ that ends with the server down names it unread on the paths that read it; what P
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ import pytest
 import requests
 
 from otel_bridge import Bridge
+from otel_bridge.config import ScrapeConfig
 from otel_bridge.exporters.record import StepRecord
 from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
@@ -56,6 +59,7 @@ pytestmark = [
 
 INTERVAL_S = 1.0  # Prometheus' scrape interval
 SAMPLE_INTERVAL_S = 0.25  # the scrape path's in-step samples
+BOUNDARY_SAMPLE_INTERVAL_S = ScrapeConfig.model_fields["sample_interval_s"].default  # the PromQL path's (1 s)
 STEP_S = 2.0
 LAST_PHASE = 0.75  # the last step ends this much of an interval after a Prometheus (2.42) scrape
 RESTART_STEP = 2  # the server is killed in this step; the next one starts a new server
@@ -74,6 +78,7 @@ KEYS = {  # tracker key -> the Usage field it must match
     "rollout/vllm/request_success_total/delta": "requests",
     "rollout/vllm/e2e_request_latency_seconds/count": "requests",
 }
+KEY_TOKENS = "rollout/vllm/generation_tokens_total/delta"
 LAG_KEY = "otel_bridge/boundary_lag_s"
 TARGETS_UNREAD_KEY = "otel_bridge/targets_unread"
 UNREAD_PREFIX = "otel_bridge/unread_s/"
@@ -83,19 +88,33 @@ def mode_of(path: str) -> str:
     return path.partition("@")[0]
 
 
-@dataclass
+@dataclasses.dataclass
 class Run:
     """The module's run: the request log, every path's records, what happened when; servers already stopped."""
 
     requests: Requests
     records: dict[str, list[StepRecord]]
     hostport: str
-    start_s: list[float] = field(default_factory=list)  # each server's seconds until it served
+    start_s: list[float] = dataclasses.field(default_factory=list)  # each server's seconds until it served
     killed: float = 0.0  # time.time() of the kill
     served_again: float = 0.0  # time.time() when the new server answered /health
     last_scrape: float = 0.0  # Prometheus 2.42's last scrape before the last boundary
-    stored_names: dict[str, list[str]] = field(default_factory=dict)  # version -> names of generation_tokens
-    warnings: list[str] = field(default_factory=list)
+    stored_names: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # version -> generation_tokens names
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The requests, the records and the times, as JSON."""
+        return {
+            "requests": [dataclasses.astuple(a) for a in self.requests.log],
+            "records": {
+                path: [{"step": r.step, "start": r.window_start, "end": r.time, **r.values} for r in records]
+                for path, records in self.records.items()
+            },
+            "start_s": self.start_s,
+            "killed": self.killed,
+            "served_again": self.served_again,
+            "last_scrape": self.last_scrape,
+        }
 
 
 def bridge_config(path: str, workdir: Path, server: VLLMServer, stores: dict[str, PrometheusServer]) -> dict[str, Any]:
@@ -159,7 +178,10 @@ def drive(
     quiet = time.time() + BAND_S
     for prometheus in stores.values():
         prometheus.wait_for_scrapes_after(quiet)
-    sleep_until(quiet + SAMPLE_INTERVAL_S)  # and the scrape path's in-step sampler
+    # And the bridges' own samplers: the scrape path's, and the PromQL path's boundary scrapes, which sample every
+    # scrape.sample_interval_s (its default here) between boundaries; a count made after a sampler's last reading of
+    # the old process would be lost to that path (the record's unread_s says from when).
+    sleep_until(quiet + BOUNDARY_SAMPLE_INTERVAL_S + BAND_S)
     server.kill()
     run.killed = time.time()
     sleep_until(run.killed + 0.5)
@@ -230,6 +252,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
             assert not missing, f"{path}: no record for steps {missing}"
             result.records[path] = [record for record in found if record is not None]
         result.warnings = [r.getMessage() for r in logged.records if r.levelno >= logging.WARNING]
+    (workdir / "run.json").write_text(json.dumps(result.as_json(), indent=1), encoding="utf-8")  # for a post-mortem
     return result
 
 
@@ -289,9 +312,17 @@ def report(run: Run, path: str, errors: list[str]) -> str:
         start, end = window_of(record)
         least, most = run.requests.bounds(*reading_spans(path, record))
         counted = record.values.get("rollout/vllm/request_success_total/delta")
+        tokens = record.values.get(KEY_TOKENS)
+        others = {
+            p: (r.values.get("rollout/vllm/request_success_total/delta"), r.values.get(KEY_TOKENS))
+            for p, records in run.records.items()
+            for r in records
+            if r.step == record.step and p != path
+        }
         lines.append(
             f"step {record.step} ({start - first:.3f}, {end - first:.3f}] lag {record.values.get(LAG_KEY)}: "
-            f"{counted} requests ({least.requests}..{most.requests})"
+            f"{counted} requests ({least.requests}..{most.requests}), {tokens} tokens ({least.tokens}..{most.tokens});"
+            f" (requests, tokens) of the other paths: {others}"
         )
     sent = [f"{a.sent - first:.3f}..{a.answered - first:.3f}" for a in run.requests.log[:3]]
     return (

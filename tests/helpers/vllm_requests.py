@@ -87,7 +87,7 @@ class Requests:
         self._log: list[Answered] = []
         self.failures: list[str] = []
         self._open = threading.Event()  # set: the clients send
-        self._idle = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)  # notified when a request ends
         self._in_flight = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -127,6 +127,12 @@ class Requests:
         self._open.set()
         for thread in self._threads:
             thread.join(timeout=self._timeout_s + 5)
+
+    def wait_for_answer(self, after: float) -> None:
+        """Block until a request is answered after ``after`` (``time.time()``; fails after ``timeout_s``)."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: any(a.answered > after for a in self._log), timeout=self._timeout_s):
+                raise AssertionError(f"no request was answered after {after:.3f} within {self._timeout_s} s")
 
     @property
     def log(self) -> list[Answered]:
@@ -193,5 +199,6 @@ class Requests:
             with self._lock:
                 self.failures.append(f"{sent:.3f}: {error!r}")
             return
-        with self._lock:
+        with self._idle:
             self._log.append(Answered(sent, answered, int(usage["prompt_tokens"]), int(usage["completion_tokens"])))
+            self._idle.notify_all()

@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-# Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the venv's installs
-# (network, disk). Output is not synchronised: make's sync (by target or by recipe line) would hold the suite's
+# Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the installs (network,
+# disk). Output is not synchronised: make's sync (by target or by recipe line) would hold the suite's
 # progress until pytest ends.
 MAKEFLAGS += --jobs=2
 
-.PHONY: demo test check lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics clean soak bench
+.PHONY: demo test check lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -65,20 +65,26 @@ faketime:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null || \
 	echo "warning: 'apt-get install faketime' failed (see above): the clock-offset tests will skip." >&2
 
-# The peers: servers the tests talk to, built from their Go modules (needs Go >= 1.26.7 and the Go module proxy) into a
-# cache outside the clone, ~/.cache/otel-bridge/peers (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when
-# their recipe changed. Prometheus 3.16, the OpenTelemetry Collector distribution of collector/manifest.yaml and
-# VictoriaMetrics; see peers/build.sh and docs/peers.md (what each is, build times).
-peers: peer-prometheus3 peer-otelcol peer-victoriametrics
+# The peers: servers the tests talk to, built into a cache outside the clone, ~/.cache/otel-bridge/peers
+# (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when their recipe changed. Prometheus 3.16, the
+# OpenTelemetry Collector distribution of collector/manifest.yaml and VictoriaMetrics from their Go modules (needs Go
+# >= 1.26.7 and the Go module proxy); vLLM's CPU build from PyPI in its own venv (needs PYTHON 3.11-3.14). See
+# peers/build.sh and docs/peers.md (what each is, build times).
+peers: peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm
 
 peer-prometheus3:
 	peers/build.sh prometheus3
 
-peer-otelcol:
+# Two lanes for make's two jobs: the Go builds one after another (each takes both cores), and beside them the
+# downloads, the dev venv's and then vLLM's, which links the same torch from uv's cache.
+peer-otelcol: | peer-prometheus3
 	peers/build.sh otelcol
 
-peer-victoriametrics:
+peer-victoriametrics: | peer-otelcol
 	peers/build.sh victoriametrics
+
+peer-vllm: | $(VENV)/.dev-installed
+	PYTHON=$(PYTHON) UV_VERSION=$(UV_VERSION) peers/build.sh vllm
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

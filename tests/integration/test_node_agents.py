@@ -136,6 +136,7 @@ def run(out: Path) -> None:
                 for name, bridge in zip(("agents", "trainer"), bridges, strict=True)
             },
         }
+        outcome["orphans"] = agents_after_their_trainer(cluster.address, targets, temp)
         out.write_text(json.dumps(outcome), encoding="utf-8")
     finally:
         if traffic is not None:
@@ -147,6 +148,61 @@ def run(out: Path) -> None:
         for replica in replicas:
             replica.stop()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def trainer(address: str, targets: list[str], pids: Path) -> None:
+    """A second trainer (its own process, a Ray driver of the same cluster): node agents for ``targets``, two
+    steps, the agents' process ids into ``pids``; then it waits to be killed."""
+    import ray
+
+    from otel_bridge import Bridge
+
+    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    config = {
+        "metrics": METRICS,
+        "run": {"name": "killed", "dir": str(pids.parent / "runs")},
+        "scrape": {"targets": targets, "sample_interval_s": 0.25, "readers": "node_agents"},
+    }
+    bridge = Bridge.from_config(config)
+    for step in range(2):
+        bridge.log({}, step=step)
+    agents = bridge._producers[0]._agents.values()
+    found = ray.get([agent.handle.__ray_call__.remote(lambda _self: os.getpid()) for agent in agents])
+    pids.write_text(json.dumps(found), encoding="utf-8")
+    time.sleep(RUN_TIMEOUT_S)
+
+
+def agents_after_their_trainer(address: str, targets: list[str], temp: Path) -> dict[str, Any]:
+    """Start :func:`trainer`, kill it (SIGKILL, as a node's OOM killer would) once its agents run, and wait for its
+    agents' processes to end (Ray ends the actors a dead driver owned): which remain, and after how long."""
+    pids = temp / "agent-pids.json"
+    code = (
+        "from pathlib import Path; from tests.integration.test_node_agents import trainer; "
+        f"trainer({address!r}, {targets!r}, Path({str(pids)!r}))"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 90
+        while not pids.exists() and owner.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        found: list[int] = json.loads(pids.read_text(encoding="utf-8")) if pids.exists() else []
+    finally:
+        owner.kill()
+        owner.wait()
+    killed = time.monotonic()
+    alive = list(found)
+    while alive and time.monotonic() < killed + 60:
+        alive = [pid for pid in alive if _exists(pid)]
+        time.sleep(0.2)
+    return {"agents": found, "remaining": alive, "after_s": time.monotonic() - killed}
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +319,10 @@ def test_the_runs_sum_is_exact_but_what_no_agent_read(outcome: dict[str, Any]) -
 def test_the_dead_agent_was_replaced_on_its_node(outcome: dict[str, Any]) -> None:
     node = outcome["killed"]["node"]
     assert outcome["after"].get(node) == outcome["before"][node]
+
+
+def test_agents_end_with_their_trainer(outcome: dict[str, Any]) -> None:
+    """A trainer killed outright leaves no agent behind: Ray ends the actors its driver owned."""
+    orphans = outcome["orphans"]
+    assert orphans["agents"], "the second trainer's agents never ran"
+    assert not orphans["remaining"], f"agents still running {orphans['after_s']:.1f}s after their trainer was killed"

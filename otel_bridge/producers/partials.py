@@ -18,13 +18,14 @@ made of:
 - which of the metric's sample names matched a series (a metric none matched is missing; a ratio needs both sides),
   and how many series a ``full_scale`` left out;
 - the window report's parts: the reader's lag (the merge takes the largest), its unread targets (named, with the
-  seconds since their last reading) and how many targets it read.
+  seconds since their last reading) and how many targets it read; beside them its targets' failed scrapes.
 
 What a partial holds grows with the configured metrics and their label groups (buckets included), never with the
-targets or samples, except for the unread targets it names. ``max_groups`` bounds the merged points, never a partial:
-a group's figures are complete only after the merge. :func:`merge_window` turns the partials of every reader into the
-window's metrics and its :class:`~otel_bridge.producers.window_report.WindowReport`: the same for any split of the
-targets over readers, and for one reader of all of them.
+targets or samples, except for the unread targets it names and those whose scrapes failed. ``max_groups`` bounds the
+merged points, never a partial: a group's figures are complete only after the merge. :func:`merge_window` turns the
+partials of every reader into the window's metrics and its
+:class:`~otel_bridge.producers.window_report.WindowReport`: the same for any split of the targets over readers, and
+for one reader of all of them.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ def merge_metric(
 class WindowPartial:
     """What one reader knows of one window: a :class:`MetricPartial` per configured metric (in the order of the
     queries every reader was given), how far its boundary readings lay from the boundaries (``lag_s``), its targets
-    unread at the window's end (``host:port`` -> seconds since their last reading) and how many targets it read."""
+    unread at the window's end (``host:port`` -> seconds since their last reading), how many targets it read, and
+    the failed scrapes of its targets since its previous partial (``host:port`` -> how many; only those that
+    failed), for the reader's health keys."""
 
     window: StepWindow
     metrics: tuple[MetricPartial, ...]
@@ -212,6 +215,7 @@ class WindowPartial:
     unread: Mapping[str, float] = field(default_factory=dict)
     targets: int = 0
     reader: str = "the bridge"
+    scrape_errors: Mapping[str, float] = field(default_factory=dict)
 
 
 def window_partial(

@@ -6,7 +6,9 @@ and six simulated vLLM replicas on 127.0.0.1, which the placement spreads over t
 machine). Requests finish on every replica across the step boundaries (:class:`tests.helpers.traffic.Traffic`); two
 bridges read the same replicas over the same contiguous steps: one through the node agents, one through the trainer
 (``scrape.readers: trainer``, the reference). After the third step the agent of one node is killed (``ray.kill``):
-its replicas are unread (named in every record) until the agent that replaces it reads them.
+its replicas are unread (named in every record) until the agent that replaces it reads them. After the fifth step a
+replica of another node goes down (its port refuses connections) for three steps and comes back as a new process
+counting from zero, as a real vLLM restart does.
 
 Checked, per replica (the metric is grouped by ``instance``), with tolerances from the traffic log only:
 
@@ -17,7 +19,11 @@ Checked, per replica (the metric is grouped by ``instance``), with tolerances fr
   what they counted between the dead agent's last reading and the new agent's first one is in no step, so their sum
   is the truth less at most what they completed from the start of the first step naming them unread to the end of
   the last one;
-- the killed agent was replaced on its node, and its targets were named unread while it was.
+- the killed agent was replaced on its node, and its targets were named unread while it was;
+- the restarted replica is named unread and its failed scrapes counted (``otel_bridge/scrape_errors``) by both
+  bridges, and its run's sum is the truth less what it completed after the bridge's last reading of it before it went
+  down (lost to every observer, as in ``tests/integration/test_boundary_truth.py``'s outage case);
+- a second trainer on the same cluster, killed outright, leaves no agent running.
 
 The run happens in a child process (:func:`run`), whose Ray is its own: the suite's session cluster
 (``tests/ray_fixtures.py``) may be initialised in the test process already, and one process holds one Ray. The child
@@ -52,6 +58,8 @@ REPLICAS = 6
 STEPS = 10
 STEP_S = 1.5
 KILL_AFTER = 3
+DOWN_AFTER, UP_AFTER = 5, 8  # a replica on another node is down (its port refuses) for three steps, then a new process
+SCRAPE_ERRORS_PREFIX = "otel_bridge/scrape_errors/instance."
 BAND_S = 0.5  # readings at a boundary reach a replica within this long on the loaded 2-core machine
 TOKENS = "rollout/vllm/generation_tokens_total/delta"
 LAG_KEY = "otel_bridge/boundary_lag_s"
@@ -106,6 +114,8 @@ def run(out: Path) -> None:
             bridge.log({}, step=0)
         traffic.start()
         killed: dict[str, Any] = {}
+        outage: dict[str, Any] = {}
+        down = -1
         for step in range(1, STEPS + 1):
             time.sleep(STEP_S)
             if step == STEPS:
@@ -117,6 +127,11 @@ def run(out: Path) -> None:
                 node_id, urls = sorted(agents.assignment().items())[0]
                 ray.kill(agents._agents[node_id].handle)
                 killed = {"node": node_id, "targets": urls, "at": time.time()}
+                down = next(i for i, r in enumerate(replicas) if r.url not in urls)  # on another node
+            if step == DOWN_AFTER:
+                outage["replica"], outage["down"] = down, traffic.down(down, replicas[down].process.go_down)
+            if step == UP_AFTER:
+                outage["up"] = traffic.up(down, replicas[down].process.come_up)
         traffic.stop()
         after = agents.assignment()
         for bridge in bridges:
@@ -125,6 +140,7 @@ def run(out: Path) -> None:
             "before": before,
             "after": after,
             "killed": killed,
+            "outage": outage,
             "hostports": [r.hostport for r in replicas],
             "completions": [[c.t, c.replica, c.tokens] for c in traffic.completions()],
             "records": {
@@ -281,7 +297,7 @@ def test_every_step_matches_the_truth(outcome: dict[str, Any]) -> None:
         for replica, hostport in enumerate(outcome["hostports"]):
             skipped = outage(records, hostport) if name == "agents" and hostport in killed else (0, -1)
             for record in records:
-                if skipped[0] <= record["step"] <= skipped[1]:
+                if skipped[0] <= record["step"] <= skipped[1] or unread_key(hostport) in record["values"]:
                     continue
                 reach = max(BAND_S, record["values"].get(LAG_KEY, 0.0) + 0.1)
                 value = value_of(record, hostport)
@@ -306,6 +322,8 @@ def test_the_runs_sum_is_exact_but_what_no_agent_read(outcome: dict[str, Any]) -
         for replica, hostport in enumerate(outcome["hostports"]):
             total = sum(value_of(r, hostport) or 0.0 for r in records)
             truth = completed(outcome, replica, start, end)
+            if replica == outcome["outage"]["replica"]:
+                continue  # test_a_restart_is_named_and_counted
             if name == "trainer" or hostport not in killed:
                 assert total == truth, f"{name} {hostport}: run's sum {total} vs truth {truth}"
                 continue
@@ -326,3 +344,21 @@ def test_agents_end_with_their_trainer(outcome: dict[str, Any]) -> None:
     orphans = outcome["orphans"]
     assert orphans["agents"], "the second trainer's agents never ran"
     assert not orphans["remaining"], f"agents still running {orphans['after_s']:.1f}s after their trainer was killed"
+
+
+def test_a_restart_is_named_and_counted(outcome: dict[str, Any]) -> None:
+    """Both bridges name the replica that went down unread, count its failed scrapes, and count the new process from
+    zero: the run's sum is the truth less what it completed after the last reading before it went down."""
+    replica, down = outcome["outage"]["replica"], outcome["outage"]["down"]
+    hostport = outcome["hostports"][replica]
+    for name, records in outcome["records"].items():
+        named = [r for r in records if unread_key(hostport) in r["values"]]
+        assert named, f"{name}: {hostport} was down for three steps and no record names it unread"
+        errors = records[-1]["values"].get(SCRAPE_ERRORS_PREFIX + hostport.replace(":", "_"), 0.0)
+        assert errors > 0, f"{name}: {hostport}'s failed scrapes are not counted"
+        last_read = named[0]["end"] - named[0]["values"][unread_key(hostport)]
+        lost = completed(outcome, replica, last_read, down)
+        band = completed(outcome, replica, last_read, last_read + BAND_S)  # rendered a moment after it was asked
+        total = sum(value_of(r, hostport) or 0.0 for r in records)
+        truth = completed(outcome, replica, records[0]["start"], records[-1]["end"])
+        assert truth - lost <= total <= truth - lost + band, f"{name} {hostport}: {total} vs {truth} less {lost}"

@@ -13,9 +13,12 @@ waits for its readings, as the scrape path's sampler takes them in one process.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from otel_bridge.health import SCRAPE_ERRORS, Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.partials import WindowPartial
 from otel_bridge.producers.scrape.producer import ScrapeProducer
@@ -39,7 +42,12 @@ class NodeAgent:
         options: dict[str, Any],
     ) -> None:
         self._node = node
-        self._producer = ScrapeProducer(list(targets), queries, discovered=True, since=targets, **options)
+        self._health = Health()
+        self._producer = ScrapeProducer(
+            list(targets), queries, discovered=True, since=targets, health=self._health, **options
+        )
+        self._lock = threading.Lock()
+        self._errors_sent: dict[str, float] = {}  # instance -> failed scrapes told to the trainer
 
     def start(self) -> str:
         """Scrape the targets once and start sampling; answers the node it reads for (the trainer waits for it)."""
@@ -58,7 +66,18 @@ class NodeAgent:
 
     def partial(self, window: StepWindow, timeout_millis: float) -> WindowPartial:
         """The node's partial of ``window``, within ``timeout_millis`` (a target not read by then is unread)."""
-        return self._producer.partial(window, timeout_millis, reader=f"the node agent of {self._node}")
+        partial = self._producer.partial(window, timeout_millis, reader=f"the node agent of {self._node}")
+        return replace(partial, scrape_errors=self._new_errors())
+
+    def _new_errors(self) -> dict[str, float]:
+        """The failed scrapes of each target since the previous partial (only the targets with any)."""
+        errors = {
+            labels[0][1]: value for name, labels, value in self._health.snapshot() if name == SCRAPE_ERRORS and labels
+        }
+        with self._lock:
+            new = {i: n - self._errors_sent.get(i, 0.0) for i, n in errors.items() if n > self._errors_sent.get(i, 0.0)}
+            self._errors_sent = {i: n for i, n in errors.items()}
+        return new
 
     def close(self) -> None:
         """Stop sampling (the actor ends with the run; this only makes it quicker)."""

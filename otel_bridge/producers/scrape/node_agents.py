@@ -38,7 +38,7 @@ from opentelemetry.sdk.metrics.export import ScopeMetrics
 
 from otel_bridge.discovery.ray_cluster import cluster_nodes, driver_node_id, require_initialized
 from otel_bridge.errors import ConfigError
-from otel_bridge.health import Health
+from otel_bridge.health import SCRAPE_ERRORS, Health
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.partials import MetricPartial, WindowPartial, merge_window
@@ -175,7 +175,9 @@ class NodeAgents:
         """Assign the targets to the alive nodes and bring the agents in line (the lock is held)."""
         now = time.time()
         for url in self._targets:
-            self._added.setdefault(_instance(url), now)
+            if _instance(url) not in self._added:
+                self._added[_instance(url)] = now
+                self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": _instance(url)})  # its key from the start
         assignment = assign_targets(self._targets, cluster_nodes(), driver_node_id())
         placed = {url for urls in assignment.values() for url in urls}
         self._unplaced = [url for url in self._targets if url not in placed]
@@ -237,6 +239,7 @@ class NodeAgents:
                 del self._added[instance]
                 self._last_read.pop(instance, None)
                 self._reporter.forget(instance)
+                self._health.forget(SCRAPE_ERRORS, {"instance": instance})
             if self._ray is not None:
                 self._place()
 
@@ -278,6 +281,9 @@ class NodeAgents:
                 unanswered.append(agent)
                 continue
             partials.append(partial)
+            for instance, failed in partial.scrape_errors.items():
+                if instance in self._added:  # a target that left takes its key with it
+                    self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
             for url in agent.targets:
                 if _instance(url) not in partial.unread:
                     self._last_read[_instance(url)] = window.end

@@ -53,13 +53,17 @@ QUERIES = [COUNTER, BY_INSTANCE, HISTOGRAM, RATIO, *GAUGES, BUSY]
 values = st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.7, 1.0, 1.1, 3.0, 1e-9, 1e9, 123.456])
 
 
+TIME_SETS = st.sets(st.sampled_from(TIMES), min_size=1)
+STARTS = st.sampled_from([1.0, 11.0, 16.0])
+
+
 @st.composite
 def samples(draw: st.DrawFn) -> tuple[list[tuple[float, float]], list[float | None] | None]:
     """A series' samples: any values (falling ones are restarts), at some of TIMES, with process start times that may
     change (a restart told by its start time)."""
-    times = sorted(draw(st.sets(st.sampled_from(TIMES), min_size=1)))
+    times = sorted(draw(TIME_SETS))
     series = [(t, draw(values)) for t in times]
-    starts = draw(st.none() | st.lists(st.sampled_from([1.0, 11.0, 16.0]), min_size=len(times), max_size=len(times)))
+    starts: list[float | None] | None = [draw(STARTS) for _ in times] if draw(st.booleans()) else None
     return series, starts
 
 

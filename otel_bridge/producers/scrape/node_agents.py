@@ -137,7 +137,7 @@ class NodeAgents:
         with self._lock:
             self._place()
             ready = {agent.ready: agent for agent in self._agents.values()}
-        done, _ = self._ray.wait(list(ready), num_returns=len(ready), timeout=self._start_timeout_s)
+        done = self._ray.wait(list(ready), num_returns=len(ready), timeout=self._start_timeout_s)[0] if ready else []
         for ref in done:
             self._started(ready[ref])
         self._teller = threading.Thread(target=suppressing(self._tell), name="otel-bridge-node-agents", daemon=True)

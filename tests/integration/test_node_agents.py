@@ -5,8 +5,10 @@ Three Ray nodes (``ray.cluster_utils.Cluster``: a head with one CPU and two node
 and six simulated vLLM replicas on 127.0.0.1, which the placement spreads over the three nodes (they are one
 machine). Requests finish on every replica across the step boundaries (:class:`tests.helpers.traffic.Traffic`); two
 bridges read the same replicas over the same contiguous steps: one through the node agents, one through the trainer
-(``scrape.readers: trainer``, the reference). After the third step the agent of one node is killed (``ray.kill``):
-its replicas are unread (named in every record) until the agent that replaces it reads them. After the fifth step a
+(``scrape.readers: trainer``, the reference). After the third step the agent of one node (not the trainer's) is
+killed (``ray.kill``): its replicas are unread (named in every record) until the agent that replaces it reads them;
+after the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes
+(the same machine) read them. After the fifth step a
 replica of another node goes down (its port refuses connections) for three steps and comes back as a new process
 counting from zero, as a real vLLM restart does.
 
@@ -19,7 +21,8 @@ Checked, per replica (the metric is grouped by ``instance``), with tolerances fr
   what they counted between the dead agent's last reading and the new agent's first one is in no step, so their sum
   is the truth less at most what they completed from the start of the first step naming them unread to the end of
   the last one;
-- the killed agent was replaced on its node, and its targets were named unread while it was;
+- the killed agent was replaced on its node, and its targets were named unread while it was; once its node left,
+  they were read by the other nodes' agents;
 - the restarted replica is named unread and its failed scrapes counted (``otel_bridge/scrape_errors``) by both
   bridges, and its run's sum is the truth less what it completed after the bridge's last reading of it before it went
   down (lost to every observer, as in ``tests/integration/test_boundary_truth.py``'s outage case);
@@ -55,10 +58,11 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 6
-STEPS = 10
+STEPS = 13
 STEP_S = 1.5
 KILL_AFTER = 3
 DOWN_AFTER, UP_AFTER = 5, 8  # a replica on another node is down (its port refuses) for three steps, then a new process
+LEAVE_AFTER = 9  # the node of the agent killed after KILL_AFTER leaves the cluster
 SCRAPE_ERRORS_PREFIX = "otel_bridge/scrape_errors/instance."
 BAND_S = 0.5  # readings at a boundary reach a replica within this long on the loaded 2-core machine
 TOKENS = "rollout/vllm/generation_tokens_total/delta"
@@ -88,6 +92,8 @@ def run(out: Path) -> None:
             "num_cpus": 1,
             "include_dashboard": False,
             "object_store_memory": store,
+            # a node that leaves is found dead in ~1.5 s instead of Ray's default ~15 s
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
         },
     )
     replicas: list[Any] = []
@@ -124,7 +130,8 @@ def run(out: Path) -> None:
             for bridge in bridges:
                 bridge.log({}, step=step)
             if step == KILL_AFTER:
-                node_id, urls = sorted(agents.assignment().items())[0]
+                driver = ray.get_runtime_context().get_node_id()
+                node_id, urls = next((n, u) for n, u in sorted(agents.assignment().items()) if n != driver)
                 ray.kill(agents._agents[node_id].handle)
                 killed = {"node": node_id, "targets": urls, "at": time.time()}
                 down = next(i for i, r in enumerate(replicas) if r.url not in urls)  # on another node
@@ -132,6 +139,8 @@ def run(out: Path) -> None:
                 outage["replica"], outage["down"] = down, traffic.down(down, replicas[down].process.go_down)
             if step == UP_AFTER:
                 outage["up"] = traffic.up(down, replicas[down].process.come_up)
+            if step == LEAVE_AFTER:  # the killed agent's node leaves: its targets move to the other nodes' agents
+                cluster.remove_node(next(n for n in cluster.worker_nodes if n.node_id == killed["node"]))
         traffic.stop()
         after = agents.assignment()
         for bridge in bridges:
@@ -334,9 +343,15 @@ def test_the_runs_sum_is_exact_but_what_no_agent_read(outcome: dict[str, Any]) -
             assert truth - lost <= total <= truth, f"{hostport}: run's sum {total} vs truth {truth} (lost <= {lost})"
 
 
-def test_the_dead_agent_was_replaced_on_its_node(outcome: dict[str, Any]) -> None:
+def test_a_leaving_nodes_targets_move_to_the_other_nodes(outcome: dict[str, Any]) -> None:
+    """The killed agent's replacement on its node read its targets until that node left the cluster; then every
+    target is read by the agent of a node that is still there (they are one machine), once."""
     node = outcome["killed"]["node"]
-    assert outcome["after"].get(node) == outcome["before"][node]
+    after = outcome["after"]
+    assert node not in after, f"the node that left still has an agent: {after}"
+    assert sorted(t for urls in after.values() for t in urls) == sorted(
+        f"http://{h}/metrics" for h in outcome["hostports"]
+    )
 
 
 def test_agents_end_with_their_trainer(outcome: dict[str, Any]) -> None:

@@ -55,6 +55,7 @@ __all__ = ["NodeAgents"]
 
 _log = logging.getLogger(__name__)
 _AGENT_CONCURRENCY = 4  # a boundary is taken while a window's partial waits for its readings
+_READER = "its node's agent"  # who has no reading of a target, in the unread warning
 
 
 @dataclass
@@ -298,8 +299,8 @@ class NodeAgents:
                 for instance in missed_instances
             }
         empty = tuple(MetricPartial() for _ in self._queries)
-        partials.append(WindowPartial(window, empty, unread=unread, reader="the node agents"))
-        metrics, report = merge_window(self._queries, partials, window, self._impossible, reader="the node agents")
+        partials.append(WindowPartial(window, empty, unread=unread, reader=_READER))
+        metrics, report = merge_window(self._queries, partials, window, self._impossible, reader=_READER)
         _log.debug(
             "step %d: %d node agent partial(s) in %.3fs, %d unread",
             window.step,

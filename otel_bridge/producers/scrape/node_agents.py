@@ -111,7 +111,7 @@ class NodeAgents:
         self._lock = threading.RLock()  # guards the targets and the agents
         self._targets = [t if "://" in t else f"http://{t}/metrics" for t in dict.fromkeys(targets)]
         self._agents: dict[str, _Agent] = {}
-        self._unplaced: list[str] = []
+        self._lost = False  # an agent is gone: place the targets again
         self._added: dict[str, float] = {}  # instance -> when it became a target
         self._last_read: dict[str, float] = {}  # instance -> the latest window end it was read at
         self._unread_now: list[str] = []
@@ -168,6 +168,7 @@ class NodeAgents:
             with self._lock:
                 if self._agents.get(agent.node_id) is agent:
                     del self._agents[agent.node_id]
+                    self._lost = True  # placed again after the window (its node may have left meanwhile)
             return False
         agent.started = True
         return True
@@ -180,8 +181,6 @@ class NodeAgents:
                 self._added[_instance(url)] = now
                 self._health.count(SCRAPE_ERRORS, 0.0, labels={"instance": _instance(url)})  # its key from the start
         assignment = assign_targets(self._targets, cluster_nodes(), driver_node_id())
-        placed = {url for urls in assignment.values() for url in urls}
-        self._unplaced = [url for url in self._targets if url not in placed]
         for node_id in [n for n in self._agents if n not in assignment]:
             self._end(self._agents.pop(node_id))
         for node_id, urls in assignment.items():
@@ -248,19 +247,17 @@ class NodeAgents:
         """The window's statistics merged from every agent's partial; the targets of an agent that did not answer
         within the budget (or died: it is replaced) are unread in it."""
         with self._lock:
-            agents = [agent for agent in self._agents.values() if self._started(agent)]
-            waiting = [agent for agent in self._agents.values() if agent not in agents]
+            agents = [agent for agent in list(self._agents.values()) if self._started(agent)]
+            targets = list(self._targets)
         asked_at = time.monotonic()
         wait_s = min(self._produce_timeout_s, reading_wait_s(timeout_millis / 1000))
-        asked = {agent.handle.partial.remote(window, wait_s * 1000): agent for agent in agents}
+        asked = {agent.handle.partial.remote(window, wait_s * 1000): (agent, list(agent.targets)) for agent in agents}
         done, _ = self._ray.wait(list(asked), num_returns=len(asked), timeout=wait_s + 1.0) if asked else ([], [])
         partials: list[WindowPartial] = []
-        missed: list[str] = []
-        unanswered = list(waiting)
+        read: set[str] = set()  # the targets an agent answered for
         dead: list[_Agent] = []
-        for ref, agent in asked.items():
+        for ref, (agent, reads) in asked.items():
             if ref not in done:
-                unanswered.append(agent)
                 continue
             try:
                 partial: WindowPartial = self._ray.get(ref)
@@ -272,25 +269,23 @@ class NodeAgents:
                     window.step,
                     agent.node_id,
                     type(exc).__name__,
-                    len(agent.targets),
+                    len(reads),
                 )
-                unanswered.append(agent)
                 dead.append(agent)
                 continue
             except self._ray.exceptions.RayError as exc:
                 self._warn.error(f"agent-error:{agent.node_id}", "node agent of %s failed: %s", agent.node_id, exc)
-                unanswered.append(agent)
                 continue
             partials.append(partial)
+            read.update(reads)
             for instance, failed in partial.scrape_errors.items():
                 if instance in self._added:  # a target that left takes its key with it
                     self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
-            for url in agent.targets:
+            for url in reads:
                 if _instance(url) not in partial.unread:
                     self._last_read[_instance(url)] = window.end
-        missed += [url for agent in unanswered for url in agent.targets]
+        missed = [url for url in targets if url not in read]  # no agent (yet), or its agent did not answer
         with self._lock:
-            missed += self._unplaced
             missed_instances = {
                 _instance(url) for url in missed if self._added.get(_instance(url), math.inf) <= window.end
             }
@@ -321,13 +316,14 @@ class NodeAgents:
             ]
             self._unread_now = [target.instance for target in report.unread]
             self._reporter.publish(report)
-            if dead:
-                for agent in dead:
-                    if self._agents.get(agent.node_id) is agent:
-                        del self._agents[agent.node_id]
-                        self._end(agent)
-                if not self._closed:
-                    self._place()  # a new agent on each dead agent's node while that node lives
+            for agent in dead:
+                if self._agents.get(agent.node_id) is agent:
+                    del self._agents[agent.node_id]
+                    self._end(agent)
+                    self._lost = True
+            if self._lost and not self._closed:
+                self._lost = False
+                self._place()  # a new agent on each lost agent's node while that node lives, else elsewhere
         return infra_scope(metrics)
 
     def unanswered(self) -> list[str]:

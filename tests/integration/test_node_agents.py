@@ -46,14 +46,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.ray_fixtures import multi_node_cluster
+
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.sleeps(20, reason="steps are wall-clock windows of live traffic: ten steps of 1.5 s"),
+    pytest.mark.sleeps(20, reason="steps are wall-clock windows of live traffic: thirteen steps of 1.5 s"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,35 +78,21 @@ RUN_TIMEOUT_S = 240
 def run(out: Path) -> None:
     """The run (in a child process): cluster, replicas, traffic, two bridges, the kill; the outcome into ``out``."""
     import ray
-    from ray.cluster_utils import Cluster
 
     from otel_bridge import Bridge
     from tests.conftest import Replica
     from tests.helpers.traffic import Traffic
 
+    stack = ExitStack()
+
     logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
     logging.getLogger("otel_bridge.producers.scrape.node_agents").setLevel(logging.DEBUG)
     temp = Path(tempfile.mkdtemp(prefix="otbn-", dir="/tmp"))  # short: Ray's Unix sockets live under it
-    os.environ["RAY_TMPDIR"] = str(temp)  # the cluster's files (its address file too) here, not in /tmp/ray
-    store = 80 * 1024 * 1024
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": False,
-            "object_store_memory": store,
-            # a node that leaves is found dead in ~1.5 s instead of Ray's default ~15 s
-            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
-        },
-    )
     replicas: list[Any] = []
     bridges: list[Any] = []
     traffic: Any = None
     try:
-        for _ in range(2):
-            cluster.add_node(num_cpus=0, object_store_memory=store)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        cluster = stack.enter_context(multi_node_cluster(3, temp))
         replicas = [Replica() for _ in range(REPLICAS)]
         targets = [r.url for r in replicas]
         for name, readers in (("agents", "node_agents"), ("trainer", "trainer")):
@@ -168,8 +157,7 @@ def run(out: Path) -> None:
             traffic.stop()
         for bridge in bridges:
             bridge.close()
-        ray.shutdown()
-        cluster.shutdown()
+        stack.close()  # the cluster
         for replica in replicas:
             replica.stop()
         shutil.rmtree(temp, ignore_errors=True)

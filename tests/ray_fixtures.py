@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,37 @@ def ray_cluster() -> Iterator[RayCluster]:
         finally:
             ray.shutdown()
             shutil.rmtree(temp_dir, onerror=lambda _f, p, e: _log.warning("cannot remove %s: %s", p, e[1]))
+
+
+@contextmanager
+def multi_node_cluster(nodes: int, temp_dir: Path) -> Iterator[Any]:
+    """A Ray cluster of ``nodes`` nodes on this machine (``ray.cluster_utils.Cluster``: a head with one CPU, the others
+    with none, 80 MB of object store each), this process connected to it as its driver; shut down on exit.
+
+    One process holds one Ray: call this where Ray is not initialised yet (a child process when the session's
+    :func:`ray_cluster` may be up). Its files, the address file Ray writes for ``address='auto'`` included, go under
+    ``temp_dir`` (``RAY_TMPDIR``; short, Ray's Unix sockets live under it). Ray's health checks run every 0.5 s, so a
+    node removed with ``cluster.remove_node`` is found dead in about 1.5 s instead of Ray's default ~15 s."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_TMPDIR"] = str(temp_dir)
+    store = 80 * 1024 * 1024
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "object_store_memory": store,
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+        },
+    )
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=0, object_store_memory=store)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -36,6 +36,7 @@ from otel_bridge.config.model import (
     RulesMode,
     RunConfig,
     ScrapeConfig,
+    ScrapeReaders,
     TLSConfig,
     TrackerConfig,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "RulesMode",
     "RunConfig",
     "ScrapeConfig",
+    "ScrapeReaders",
     "TLSConfig",
     "TrackerConfig",
     "apply_env_overrides",

@@ -67,6 +67,8 @@ BoundaryMode = Literal["auto", "scrape", "samples"]
 """``prometheus.boundary``: what bounds a step's window for counters and histograms."""
 RulesMode = Literal["auto", "required", "off"]
 """``prometheus.recording_rules``: whether a step reads otel-bridge's recording rules."""
+ScrapeReaders = Literal["auto", "trainer", "node_agents"]
+"""``scrape.readers``: who reads the scrape targets, the trainer's node or one agent per Ray node."""
 DEFAULT_MAX_GROUPS = 100
 """``max_groups``' default: the label groups one metric adds to a record at most."""
 
@@ -362,6 +364,14 @@ class ScrapeConfig(_Model):
     isolation: Literal["process", "thread"] = Field(
         "process",
         description="process: scrape and parse in a child process, off the trainer's interpreter lock (same records).",
+    )
+    readers: ScrapeReaders = Field(
+        "auto",
+        description=(
+            "Who reads the targets: 'trainer' (the trainer's node, per isolation), 'node_agents' (one Ray actor per "
+            "node reads its own targets; the trainer merges their partial statistics: the same numbers), 'auto': "
+            "node_agents with targets: auto on a Ray cluster of several alive nodes, else trainer."
+        ),
     )
 
     @field_validator("targets")

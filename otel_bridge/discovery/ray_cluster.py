@@ -222,3 +222,21 @@ def actor_metrics_addresses(handles: Sequence[Any], method: str, timeout_s: floa
             )
         out.append(answer)
     return out
+
+
+def driver_node_id() -> str:
+    """The Ray node id of the node this process (the trainer, Ray's driver) runs on."""
+    ray = require_initialized()
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def alive_node_count() -> int | None:
+    """How many nodes of the Ray cluster this process is connected to are alive; ``None`` when Ray is not installed or
+    not initialised here (nothing is started or connected)."""
+    try:
+        ray = importlib.import_module("ray")
+    except ImportError:
+        return None
+    if not ray.is_initialized():
+        return None
+    return len(alive_nodes(list(ray.nodes())))

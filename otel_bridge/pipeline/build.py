@@ -10,10 +10,11 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from otel_bridge.config import AUTO, BridgeConfig
 from otel_bridge.discovery import RolloutServers, ray_service_discovery_targets, rollout_targets
+from otel_bridge.discovery.ray_cluster import alive_node_count
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
@@ -23,7 +24,7 @@ from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.base import MetricProducer
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
 from otel_bridge.producers.promql import PromQLProcess, PromQLProducer, connect
-from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer, Scraper, WatchedScraper
+from otel_bridge.producers.scrape import NodeAgents, ScrapeProcess, ScrapeProducer, Scraper, WatchedScraper
 
 _log = logging.getLogger(__name__)
 
@@ -135,6 +136,25 @@ def _boundary_scrape_options(config: BridgeConfig, tls: TLSArguments | None) -> 
     }
 
 
+def scrape_readers(config: BridgeConfig) -> Literal["trainer", "node_agents"]:
+    """Who reads the scrape targets (``scrape.readers``): ``auto`` is the node agents when the targets are discovered
+    (``scrape.targets: auto``) and this process is connected to a Ray cluster of several alive nodes, else the
+    trainer. ``node_agents`` without Ray initialised here is a :class:`ConfigError`."""
+    readers = config.scrape.readers
+    if readers == "trainer" or (readers == "auto" and config.scrape.targets != AUTO):
+        return "trainer"  # and ray is not imported for it
+    nodes = alive_node_count()
+    if readers == "node_agents":
+        if nodes is None:
+            raise ConfigError(
+                "scrape.readers: node_agents reads the targets with Ray actors, and Ray is not initialised in this "
+                "process: call ray.init() (ray.init(address='auto') joins a running cluster) before the bridge "
+                "starts, or set scrape.readers: trainer"
+            )
+        return "node_agents"
+    return "node_agents" if nodes is not None and nodes > 1 else "trainer"
+
+
 def _scrape_producer(
     config: BridgeConfig,
     health: Health,
@@ -145,7 +165,17 @@ def _scrape_producer(
     static = config.scrape_targets
     registered = rollout_targets(rollout_servers) if rollout_servers is not None else []
     discovered = scrape.targets == AUTO
-    producer = scrape_producer(config, health, [*static, *registered], queries, discovered=discovered)
+    producer: Scraper
+    if scrape_readers(config) == "node_agents":
+        producer = NodeAgents(
+            [*static, *registered],
+            queries,
+            health=health,
+            discovered=discovered,
+            **_boundary_scrape_options(config, None),
+        )
+    else:
+        producer = scrape_producer(config, health, [*static, *registered], queries, discovered=discovered)
     if not discovered:
         return producer
 

@@ -347,9 +347,22 @@ def histogram_statistic(
 Group = tuple[tuple[str, str], ...]
 Increases = dict[tuple[str, Group], float]
 
+
+def exact_total(values: Iterable[float]) -> float:
+    """The correctly rounded sum of ``values`` (``math.fsum``), whatever their order: NaN where infinities of both
+    signs meet (``inf - inf``), as float addition gives, and its infinity where the sum overflows."""
+    listed = list(values)
+    try:
+        return math.fsum(listed)
+    except ValueError:  # inf + -inf
+        return math.nan
+    except OverflowError:  # finite values whose sum is beyond the largest float: the infinity float addition gives
+        return sum(listed)
+
+
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
-    "sum": math.fsum,
-    "mean": lambda values: math.fsum(values) / len(values),
+    "sum": exact_total,
+    "mean": lambda values: exact_total(values) / len(values),
     "max": max,
     "min": min,
 }
@@ -403,18 +416,15 @@ def compute_stats(
     full_scale]`` in the window (:func:`out_of_range`), and tells ``impossible`` how many it left out.
     """
     if query.kind == "gauge" and query.ratio is None:
-        series = with_roles(query, series)
-        assert query.name is not None
-        selected = [s for s in series if s.name == query.name and query.matches(s.labels)]
+        selected = gauge_series(query, series)
         if not selected:
             return None
-        if query.full_scale is not None:
-            full_scale = query.full_scale
-            possible = [s for s in selected if not out_of_range(s.samples, window, full_scale)]
-            if impossible is not None and len(possible) < len(selected):
-                impossible(query, len(selected) - len(possible), window)
-            selected = possible
-        return _gauge(query, selected, window)
+        selected, left_out = possible_gauge_series(query, selected, window)
+        if impossible is not None and left_out:
+            impossible(query, left_out, window)
+        combine = AGGREGATIONS[query.agg]
+        values = gauge_values(query, selected, window)
+        return [StatPoint(stat, group, combine(v)) for (stat, group), v in values.items()]
     increases = window_increases(query, series, window)
     if increases is None:
         return None
@@ -468,17 +478,27 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
     Keys are ``(sample name, group)``; a histogram bucket's group ends with its ``("le", bound)`` pair. ``None`` when
     no series matches (for a ratio: when either side has none). Without a window start the mapping is empty.
     """
-    names = query.read_names()
-    selected = [s for s in with_roles(query, series) if s.name in names and query.matches(s.labels)]
+    selected = selected_series(query, series)
     if query.ratio is not None:
         present = {s.name for s in selected}
         if not all(name in present for name in query.ratio):
             return None
     elif not selected:
         return None
-    increases: Increases = {}
     if window.start is None:
-        return increases
+        return {}
+    return {key: exact_total(values) for key, values in series_increases(query, selected, window).items()}
+
+
+def series_increases(
+    query: MetricQuery, selected: Sequence[RawSeries], window: StepWindow
+) -> dict[tuple[str, Group], list[float]]:
+    """Each of the ``selected`` series' increase during ``window`` (which has a start), listed under its ``(sample
+    name, group)`` key: a histogram bucket's group ends with its ``("le", bound)`` pair, a bucket without ``le`` and a
+    series without an increase are left out. A key's sum is taken exactly (``math.fsum``, correctly rounded), so it
+    does not depend on the order of the series, nor on how they are split over readers
+    (:func:`exact_total`; :mod:`otel_bridge.producers.partials`)."""
+    listed: dict[tuple[str, Group], list[float]] = defaultdict(list)
     for s in selected:
         group = group_of(s.labels, query.by)
         if s.name in query.bucket_names:
@@ -488,9 +508,20 @@ def window_increases(query: MetricQuery, series: Sequence[RawSeries], window: St
             group = (*group, ("le", le))
         increase = counter_increase(s.samples, window, s.starts)
         if increase is not None:
-            key = (s.name, group)
-            increases[key] = increases.get(key, 0.0) + increase
-    return increases
+            listed[(s.name, group)].append(increase)
+    return listed
+
+
+def selected_series(query: MetricQuery, series: Sequence[RawSeries]) -> list[RawSeries]:
+    """The series of a counter, histogram or ratio query among ``series`` (labelled with their roles), a histogram's
+    native series among them where the store holds it natively (:meth:`MetricQuery.read_names`)."""
+    names = query.read_names()
+    return [s for s in with_roles(query, series) if s.name in names and query.matches(s.labels)]
+
+
+def gauge_series(query: MetricQuery, series: Sequence[RawSeries]) -> list[RawSeries]:
+    """The series of a gauge query among ``series`` (labelled with their roles)."""
+    return [s for s in with_roles(query, series) if s.name == query.name and query.matches(s.labels)]
 
 
 def merge_increases(*parts: Increases) -> Increases:
@@ -520,19 +551,34 @@ def stats_from_increases(query: MetricQuery, increases: Increases, window: StepW
     return points
 
 
-def _gauge(query: MetricQuery, series: Sequence[RawSeries], window: StepWindow) -> list[StatPoint]:
-    combine = AGGREGATIONS[query.agg]
-    points = []
+def possible_gauge_series(
+    query: MetricQuery, selected: Sequence[RawSeries], window: StepWindow
+) -> tuple[list[RawSeries], int]:
+    """The gauge's ``selected`` series but those its ``full_scale`` leaves out of ``window`` (:func:`out_of_range`),
+    and how many it left out."""
+    if query.full_scale is None:
+        return list(selected), 0
+    full_scale = query.full_scale
+    possible = [s for s in selected if not out_of_range(s.samples, window, full_scale)]
+    return possible, len(selected) - len(possible)
+
+
+def gauge_values(
+    query: MetricQuery, series: Sequence[RawSeries], window: StepWindow
+) -> dict[tuple[str, Group], list[float]]:
+    """Each gauge statistic of each series over ``window`` (``last`` only without a start), listed under its
+    ``(statistic, group)`` key in statistic order, then group order: what the metric's ``agg`` combines into the
+    group's value. A series without a value (no sample inside the window) or with a NaN one adds nothing."""
     stats = query.stats if window.start is not None else tuple(s for s in query.stats if s == "last")
+    values: dict[tuple[str, Group], list[float]] = {}
     for stat in stats:
         per_group: dict[Group, list[float]] = defaultdict(list)
         for s in series:
             value = gauge_statistic(stat, s.samples, window, query.idle_scale)
             if value is not None and not math.isnan(value):
                 per_group[group_of(s.labels, query.by)].append(value)
-        for group, values in sorted(per_group.items()):
-            points.append(StatPoint(stat, group, combine(values)))
-    return points
+        values.update(((stat, group), v) for group, v in sorted(per_group.items()))
+    return values
 
 
 def _histogram(query: MetricQuery, increases: Increases) -> list[StatPoint]:

@@ -25,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ from otel_bridge.health import SCRAPE_ERRORS, Health
 from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.partials import WindowPartial, merge_window, window_partial
 from otel_bridge.producers.scrape._internal.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.producers.scrape._internal.readings import (
     Families,
@@ -48,8 +49,8 @@ from otel_bridge.producers.scrape._internal.readings import (
     process_start,
     window_readings,
 )
-from otel_bridge.producers.statistics import ImpossibleValues, compute_stats, to_metric
-from otel_bridge.producers.window_report import MissingMetric, UnreadTarget, WindowReport, WindowReporter
+from otel_bridge.producers.statistics import ImpossibleValues
+from otel_bridge.producers.window_report import WindowReporter
 from otel_bridge.prometheus.exposition import parse_exposition
 from otel_bridge.ratelimit import RateLimitedLogger
 from otel_bridge.suppression import suppress_in_this_thread, suppressing
@@ -105,6 +106,7 @@ class ScrapeProducer:
         produce_timeout_s: float = 30.0,
         warn_interval_s: float = 60.0,
         discovered: bool = False,
+        since: Mapping[str, float] | None = None,
     ) -> None:
         if not targets and not discovered:
             raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
@@ -130,7 +132,7 @@ class ScrapeProducer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._series_keys: dict[RawKey, SeriesKey] = {}
-        self.set_targets(targets)
+        self.set_targets(targets, since)
 
     def _wanted_names(self) -> set[str]:
         names: set[str] = set()
@@ -141,8 +143,13 @@ class ScrapeProducer:
                 names.add(q.name)
         return names
 
-    def set_targets(self, targets: Sequence[str]) -> None:
-        """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes."""
+    def set_targets(self, targets: Sequence[str], since: Mapping[str, float] | None = None) -> None:
+        """Scrape these targets from the next round on (URLs or ``host:port``); called when discovery finds changes.
+
+        ``since``: when a new target (by URL) became a target of the run, where another reader was told of it
+        before this one (a node agent replacing one that died, or a target moving node): every boundary from then on
+        is the target's, and it is unread at those before this reader's first reading of it. By default a new target
+        is one from now on."""
         urls = [t if "://" in t else f"http://{t}/metrics" for t in targets]
         for host in filter(None, map(_credentials_host, urls)):  # never echoed: logged by host only
             self._warn.warning(
@@ -157,7 +164,10 @@ class ScrapeProducer:
             previous = self._targets
             self._targets = {
                 url: previous.get(url)
-                or _Target(MetricsEndpoint(url, self._transport), TargetReadings(urlsplit(url).netloc, now))
+                or _Target(
+                    MetricsEndpoint(url, self._transport),
+                    TargetReadings(urlsplit(url).netloc, min(now, (since or {}).get(url, now))),
+                )
                 for url in urls
             }
             gone = [target for url, target in previous.items() if url not in self._targets]
@@ -175,6 +185,12 @@ class ScrapeProducer:
         for target in gone:
             target.endpoint.close()
         _log.info("scraping %d target(s): %s", len(instances), ", ".join(instances) or "none yet")
+
+    @property
+    def targets(self) -> list[str]:
+        """The target URLs read now."""
+        with self._cond:
+            return list(self._targets)
 
     @property
     def queries(self) -> list[MetricQuery]:
@@ -389,7 +405,19 @@ class ScrapeProducer:
     def produce(self, timeout_millis: float = 10_000, *, window: StepWindow) -> list[ScopeMetrics]:
         """Statistics for ``window`` from the targets' readings, within ``timeout_millis``: waits for the readings
         of its boundaries (:meth:`_stands`) up to its own ``produce_timeout_s`` and never past :func:`reading_wait_s`
-        of ``timeout_millis``, so a late target is unread there and the others' statistics still come in time."""
+        of ``timeout_millis``, so a late target is unread there and the others' statistics still come in time. They
+        are this reader's :meth:`partial` merged alone, the numbers node agents' partials merge into."""
+        partial = self.partial(window, timeout_millis)
+        metrics, report = merge_window(self._queries, [partial], window, self._impossible)
+        with self._cond:  # a target that left meanwhile (set_targets) is not named again
+            current = {target.instance for target in self._targets.values()}
+            report.unread = [target for target in report.unread or () if target.instance in current]
+            self._reporter.publish(report)
+        return infra_scope(metrics)
+
+    def partial(self, window: StepWindow, timeout_millis: float = 10_000, reader: str = "the bridge") -> WindowPartial:
+        """What these targets' readings hold of ``window``, as a mergeable :class:`WindowPartial`, waiting for its
+        boundaries' readings as :meth:`produce` does; ``reader`` names who read them."""
         stands = self._stands(window, min(self._produce_timeout_s, reading_wait_s(timeout_millis / 1000)))
         with self._cond:
             targets = {t.instance: t.readings for t in self._targets.values() if t.instance in stands}
@@ -397,24 +425,16 @@ class ScrapeProducer:
             if window.start is not None:  # a later window may start anywhere from here on (a phase of this step)
                 for readings in targets.values():
                     readings.prune(window.start)
-        metrics = []
-        report = WindowReport(window, lag_s=read.lag_s)
-        for query in self._queries:
-            names = query.series_names()
-            by_name = read.observed if query.kind == "gauge" and query.ratio is None else read.counting
-            points = compute_stats(
-                query, [s for name in names for s in by_name.get(name, ())], window, self._impossible
-            )
-            if points is None:
-                report.missing.append(MissingMetric(query, f"no target among {len(targets)} exposes it"))
-            else:  # matched, even without a value in this window (no observations): not missing
-                bounded = report.within_bounds(query, points) if points else points
-                metrics.append(to_metric(query, bounded, window))
-        with self._cond:  # a target that left meanwhile (set_targets) is not named again
-            current = {target.instance for target in self._targets.values()}
-            report.unread = [UnreadTarget(i, seconds) for i, seconds in sorted(read.unread.items()) if i in current]
-            self._reporter.publish(report)
-        return infra_scope(metrics)
+        return window_partial(
+            self._queries,
+            read.counting,
+            read.observed,
+            window,
+            lag_s=read.lag_s,
+            unread=read.unread,
+            targets=len(targets),
+            reader=reader,
+        )
 
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) whose latest scrape failed."""

@@ -1,0 +1,367 @@
+"""The scrape path read by node agents (``scrape.readers: node_agents``) on a real three-node Ray cluster on this
+machine, against the simulators' truth.
+
+Three Ray nodes (``ray.cluster_utils.Cluster``: a head with one CPU and two nodes with none; the agents take none)
+and six simulated vLLM replicas on 127.0.0.1, which the placement spreads over the three nodes (they are one
+machine). Requests finish on every replica across the step boundaries (:class:`tests.helpers.traffic.Traffic`); two
+bridges read the same replicas over the same contiguous steps: one through the node agents, one through the trainer
+(``scrape.readers: trainer``, the reference). After the third step the agent of one node (not the trainer's) is
+killed (``ray.kill``): its replicas are unread (named in every record) until the agent that replaces it reads them;
+after the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes
+(the same machine) read them. After the fifth step a
+replica of another node goes down (its port refuses connections) for three steps and comes back as a new process
+counting from zero, as a real vLLM restart does.
+
+Checked, per replica (the metric is grouped by ``instance``), with tolerances from the traffic log only:
+
+- every step of every replica the agents read, and every step of the trainer's bridge: the truth of its window,
+  give or take what completed within the reading band after each boundary (``BAND_S``, or the record's
+  ``boundary_lag_s`` when larger);
+- the run's sum: exact for every replica on both bridges, except the killed agent's replicas through the agents:
+  what they counted between the dead agent's last reading and the new agent's first one is in no step, so their sum
+  is the truth less at most what they completed from the start of the first step naming them unread to the end of
+  the last one;
+- the killed agent was replaced on its node, and its targets were named unread while it was; once its node left,
+  they were read by the other nodes' agents;
+- the restarted replica is named unread and its failed scrapes counted (``otel_bridge/scrape_errors``) by both
+  bridges, and its run's sum is the truth less what it completed after the bridge's last reading of it before it went
+  down (lost to every observer, as in ``tests/integration/test_boundary_truth.py``'s outage case);
+- a second trainer on the same cluster, killed outright, leaves no agent running.
+
+The run happens in a child process (:func:`run`), whose Ray is its own: the suite's session cluster
+(``tests/ray_fixtures.py``) may be initialised in the test process already, and one process holds one Ray. The child
+writes what the test checks to a JSON file; the test ends the child's process group (the Ray processes it started)
+whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ray_fixtures import multi_node_cluster
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.sleeps(20, reason="steps are wall-clock windows of live traffic: thirteen steps of 1.5 s"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLICAS = 6
+STEPS = 13
+STEP_S = 1.5
+KILL_AFTER = 3
+DOWN_AFTER, UP_AFTER = 5, 8  # a replica on another node is down (its port refuses) for three steps, then a new process
+LEAVE_AFTER = 9  # the node of the agent killed after KILL_AFTER leaves the cluster
+SCRAPE_ERRORS_PREFIX = "otel_bridge/scrape_errors/instance."
+BAND_S = 0.5  # readings at a boundary reach a replica within this long on the loaded 2-core machine
+TOKENS = "rollout/vllm/generation_tokens_total/delta"
+LAG_KEY = "otel_bridge/boundary_lag_s"
+UNREAD_PREFIX = "otel_bridge/unread_s/instance."  # then host_port
+METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"], "by": ["instance"]}]
+RUN_TIMEOUT_S = 240
+
+
+def run(out: Path) -> None:
+    """The run (in a child process): cluster, replicas, traffic, two bridges, the kill; the outcome into ``out``."""
+    import ray
+
+    from otel_bridge import Bridge
+    from tests.conftest import Replica
+    from tests.helpers.traffic import Traffic
+
+    stack = ExitStack()
+
+    logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
+    logging.getLogger("otel_bridge.producers.scrape.node_agents").setLevel(logging.DEBUG)
+    temp = Path(tempfile.mkdtemp(prefix="otbn-", dir="/tmp"))  # short: Ray's Unix sockets live under it
+    replicas: list[Any] = []
+    bridges: list[Any] = []
+    traffic: Any = None
+    try:
+        cluster = stack.enter_context(multi_node_cluster(3, temp))
+        replicas = [Replica() for _ in range(REPLICAS)]
+        targets = [r.url for r in replicas]
+        for name, readers in (("agents", "node_agents"), ("trainer", "trainer")):
+            config = {
+                "metrics": METRICS,
+                "run": {"name": name, "dir": str(temp / "runs")},
+                "scrape": {"targets": targets, "sample_interval_s": 0.25, "readers": readers, "isolation": "thread"},
+            }
+            bridges.append(Bridge.from_config(config))
+        agents = bridges[0]._producers[0]
+        before = agents.assignment()
+        traffic = Traffic([r.sim for r in replicas], seed=38, start_delay_s=0.3)
+        for bridge in bridges:
+            bridge.log({}, step=0)
+        traffic.start()
+        killed: dict[str, Any] = {}
+        outage: dict[str, Any] = {}
+        down = -1
+        for step in range(1, STEPS + 1):
+            time.sleep(STEP_S)
+            if step == STEPS:
+                traffic.stop()
+                time.sleep(0.3)  # the run's last boundary is quiet
+            for bridge in bridges:
+                bridge.log({}, step=step)
+            if step == KILL_AFTER:
+                driver = ray.get_runtime_context().get_node_id()
+                node_id, urls = next((n, u) for n, u in sorted(agents.assignment().items()) if n != driver)
+                ray.kill(agents._agents[node_id].handle)
+                killed = {"node": node_id, "targets": urls, "at": time.time()}
+                down = next(i for i, r in enumerate(replicas) if r.url not in urls)  # on another node
+            if step == DOWN_AFTER:
+                outage["replica"], outage["down"] = down, traffic.down(down, replicas[down].process.go_down)
+            if step == UP_AFTER:
+                outage["up"] = traffic.up(down, replicas[down].process.come_up)
+            if step == LEAVE_AFTER:  # the killed agent's node leaves: its targets move to the other nodes' agents
+                cluster.remove_node(next(n for n in cluster.worker_nodes if n.node_id == killed["node"]))
+        traffic.stop()
+        after = agents.assignment()
+        for bridge in bridges:
+            bridge.close()
+        outcome = {
+            "before": before,
+            "after": after,
+            "killed": killed,
+            "outage": outage,
+            "hostports": [r.hostport for r in replicas],
+            "completions": [[c.t, c.replica, c.tokens] for c in traffic.completions()],
+            "records": {
+                name: [
+                    {"step": r.step, "start": r.window_start, "end": r.time, "values": r.values}
+                    for r in (bridge.record(step) for step in range(1, STEPS + 1))
+                    if r is not None
+                ]
+                for name, bridge in zip(("agents", "trainer"), bridges, strict=True)
+            },
+        }
+        outcome["orphans"] = agents_after_their_trainer(cluster.address, targets, temp)
+        out.write_text(json.dumps(outcome), encoding="utf-8")
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        for bridge in bridges:
+            bridge.close()
+        stack.close()  # the cluster
+        for replica in replicas:
+            replica.stop()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def trainer(address: str, targets: list[str], pids: Path) -> None:
+    """A second trainer (its own process, a Ray driver of the same cluster): node agents for ``targets``, two
+    steps, the agents' process ids into ``pids``; then it waits to be killed."""
+    import ray
+
+    from otel_bridge import Bridge
+
+    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    config = {
+        "metrics": METRICS,
+        "run": {"name": "killed", "dir": str(pids.parent / "runs")},
+        "scrape": {"targets": targets, "sample_interval_s": 0.25, "readers": "node_agents"},
+    }
+    bridge = Bridge.from_config(config)
+    for step in range(2):
+        bridge.log({}, step=step)
+    agents = bridge._producers[0]._agents.values()
+    found = ray.get([agent.handle.__ray_call__.remote(lambda _self: os.getpid()) for agent in agents])
+    pids.write_text(json.dumps(found), encoding="utf-8")
+    time.sleep(RUN_TIMEOUT_S)
+
+
+def agents_after_their_trainer(address: str, targets: list[str], temp: Path) -> dict[str, Any]:
+    """Start :func:`trainer`, kill it (SIGKILL, as a node's OOM killer would) once its agents run, and wait for its
+    agents' processes to end (Ray ends the actors a dead driver owned): which remain, and after how long."""
+    pids = temp / "agent-pids.json"
+    code = (
+        "from pathlib import Path; from tests.integration.test_node_agents import trainer; "
+        f"trainer({address!r}, {targets!r}, Path({str(pids)!r}))"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 90
+        while not pids.exists() and owner.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        found: list[int] = json.loads(pids.read_text(encoding="utf-8")) if pids.exists() else []
+    finally:
+        owner.kill()
+        owner.wait()
+    killed = time.monotonic()
+    alive = list(found)
+    while alive and time.monotonic() < killed + 60:
+        alive = [pid for pid in alive if _exists(pid)]
+        time.sleep(0.2)
+    return {"agents": found, "remaining": alive, "after_s": time.monotonic() - killed}
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pytest.importorskip("ray", reason="needs ray: the ray extra")
+    out = tmp_path_factory.mktemp("node-agents") / "outcome.json"
+    code = f"from tests.integration.test_node_agents import run; from pathlib import Path; run(Path({str(out)!r}))"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,  # its own process group: the Ray processes it starts end with it
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output, _ = child.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        with contextlib.suppress(ProcessLookupError):  # what the child left running (a Ray process it started)
+            os.killpg(child.pid, signal.SIGKILL)
+    (out.parent / "run.log").write_text(output, encoding="utf-8")
+    assert child.returncode == 0, f"the run failed:\n{output[-6000:]}"
+    result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    result["output"] = output
+    return result
+
+
+def completed(outcome: dict[str, Any], replica: int, start: float, end: float) -> int:
+    return sum(tokens for t, r, tokens in outcome["completions"] if r == replica and start < t <= end)
+
+
+def value_of(record: dict[str, Any], hostport: str) -> float | None:
+    key = f"{TOKENS}/instance.{hostport.replace(':', '_')}"
+    found = [v for k, v in record["values"].items() if k == key]
+    assert len(found) <= 1, f"several keys for {hostport}: {found}"
+    return found[0] if found else None
+
+
+def test_the_agents_read_every_node(outcome: dict[str, Any]) -> None:
+    before = outcome["before"]
+    assert len(before) >= 2, f"six loopback replicas spread over the three nodes of one machine: {before}"
+    assert sorted(t for urls in before.values() for t in urls) == sorted(
+        f"http://{h}/metrics" for h in outcome["hostports"]
+    )
+
+
+def unread_key(hostport: str) -> str:
+    return UNREAD_PREFIX + hostport.replace(":", "_")
+
+
+def killed_of(outcome: dict[str, Any]) -> set[str]:
+    """The ``host:port`` of the replicas the killed agent read."""
+    return {url.split("//")[1].split("/")[0] for url in outcome["killed"]["targets"]}
+
+
+def outage(records: list[dict[str, Any]], hostport: str) -> tuple[int, int]:
+    """The steps from the first that names ``hostport`` unread to the first that reads it again (that one counts
+    from the new agent's first reading): the steps a killed agent's replica is not exact in."""
+    named = [r["step"] for r in records if unread_key(hostport) in r["values"]]
+    assert named, f"{hostport}'s agent was killed after step {KILL_AFTER} and no record names it unread"
+    assert named[-1] < records[-1]["step"], f"{hostport} was never read again: its agent was not replaced"
+    return named[0], named[-1] + 1
+
+
+def test_every_step_matches_the_truth(outcome: dict[str, Any]) -> None:
+    """Every step of every replica, but a killed agent's replicas from the step naming them unread to the step
+    that reads them again (what was counted meanwhile is checked by the run's sum)."""
+    killed = killed_of(outcome)
+    errors = []
+    for name, records in outcome["records"].items():
+        assert [r["step"] for r in records] == list(range(1, STEPS + 1)), f"{name}: records missing"
+        for replica, hostport in enumerate(outcome["hostports"]):
+            skipped = outage(records, hostport) if name == "agents" and hostport in killed else (0, -1)
+            for record in records:
+                if skipped[0] <= record["step"] <= skipped[1] or unread_key(hostport) in record["values"]:
+                    continue
+                reach = max(BAND_S, record["values"].get(LAG_KEY, 0.0) + 0.1)
+                value = value_of(record, hostport)
+                truth = completed(outcome, replica, record["start"], record["end"])
+                below = completed(outcome, replica, record["start"], record["start"] + reach)
+                above = completed(outcome, replica, record["end"], record["end"] + reach)
+                if value is None or not truth - below <= value <= truth + above:
+                    errors.append(
+                        f"{name} step {record['step']} {hostport}: {value} vs truth {truth} (-{below}/+{above})"
+                    )
+    assert not errors, "\n".join(errors)
+
+
+def test_the_runs_sum_is_exact_but_what_no_agent_read(outcome: dict[str, Any]) -> None:
+    """Exact for every replica the trainer reads and every replica of a living agent; a killed agent's replicas
+    lose at most what they completed from the start of the steps that named them unread to the new agent's first
+    reading (the step after them: its end, plus its lag)."""
+    killed = killed_of(outcome)
+    assert killed
+    for name, records in outcome["records"].items():
+        start, end = records[0]["start"], records[-1]["end"]
+        for replica, hostport in enumerate(outcome["hostports"]):
+            total = sum(value_of(r, hostport) or 0.0 for r in records)
+            truth = completed(outcome, replica, start, end)
+            if replica == outcome["outage"]["replica"]:
+                continue  # test_a_restart_is_named_and_counted
+            if name == "trainer" or hostport not in killed:
+                assert total == truth, f"{name} {hostport}: run's sum {total} vs truth {truth}"
+                continue
+            first, last = outage(records, hostport)
+            steps = {r["step"]: r for r in records}
+            read_again = steps[last]["end"] + steps[last]["values"][LAG_KEY] + BAND_S  # the new agent's first reading
+            lost = completed(outcome, replica, steps[first]["start"], read_again)
+            assert truth - lost <= total <= truth, f"{hostport}: run's sum {total} vs truth {truth} (lost <= {lost})"
+
+
+def test_a_leaving_nodes_targets_move_to_the_other_nodes(outcome: dict[str, Any]) -> None:
+    """The killed agent's replacement on its node read its targets until that node left the cluster; then every
+    target is read by the agent of a node that is still there (they are one machine), once."""
+    node = outcome["killed"]["node"]
+    after = outcome["after"]
+    assert node not in after, f"the node that left still has an agent: {after}"
+    assert sorted(t for urls in after.values() for t in urls) == sorted(
+        f"http://{h}/metrics" for h in outcome["hostports"]
+    )
+
+
+def test_agents_end_with_their_trainer(outcome: dict[str, Any]) -> None:
+    """A trainer killed outright leaves no agent behind: Ray ends the actors its driver owned."""
+    orphans = outcome["orphans"]
+    assert orphans["agents"], "the second trainer's agents never ran"
+    assert not orphans["remaining"], f"agents still running {orphans['after_s']:.1f}s after their trainer was killed"
+
+
+def test_a_restart_is_named_and_counted(outcome: dict[str, Any]) -> None:
+    """Both bridges name the replica that went down unread, count its failed scrapes, and count the new process from
+    zero: the run's sum is the truth less what it completed after the last reading before it went down."""
+    replica, down = outcome["outage"]["replica"], outcome["outage"]["down"]
+    hostport = outcome["hostports"][replica]
+    for name, records in outcome["records"].items():
+        named = [r for r in records if unread_key(hostport) in r["values"]]
+        assert named, f"{name}: {hostport} was down for three steps and no record names it unread"
+        errors = records[-1]["values"].get(SCRAPE_ERRORS_PREFIX + hostport.replace(":", "_"), 0.0)
+        assert errors > 0, f"{name}: {hostport}'s failed scrapes are not counted"
+        last_read = named[0]["end"] - named[0]["values"][unread_key(hostport)]
+        lost = completed(outcome, replica, last_read, down)
+        band = completed(outcome, replica, last_read, last_read + BAND_S)  # rendered a moment after it was asked
+        total = sum(value_of(r, hostport) or 0.0 for r in records)
+        truth = completed(outcome, replica, records[0]["start"], records[-1]["end"])
+        assert truth - lost <= total <= truth - lost + band, f"{name} {hostport}: {total} vs {truth} less {lost}"

@@ -634,8 +634,10 @@ def render_png(layout: Layout, output: Path) -> Drawing:
     figure.suptitle(layout.title, fontsize=10)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        drawn, laid_out = _fit_texts(figure, drawn, width, cols)
+        if laid_out:  # the panels stand where the last layout put them: draw the pixels only
+            figure.set_layout_engine("none")
         canvas.draw()
-        drawn = _fit_texts(canvas, drawn, width, cols)
     crowded = any("collapsed" in str(w.message) for w in caught)
     if crowded:
         _log.warning(
@@ -722,14 +724,19 @@ def _place_legend(
 _FIT_ROUNDS = 6
 
 
-def _fit_texts(canvas: Any, drawn: list[_Drawn], width: int, cols: int) -> list[_Drawn]:
+def _fit_texts(figure: Any, drawn: list[_Drawn], width: int, cols: int) -> tuple[list[_Drawn], bool]:
     """Redraw the titles that leave the image or reach past the middle of the gap to the next panel
     (:func:`_narrower`) and the legends that leave the image or cross another legend (fewer columns first, then
-    shorter labels).
+    shorter labels); the panels as redrawn, and whether the figure's last layout is of their final texts.
 
     A title or legend is centred on its panel's axes, which a y-label and a right axis narrow: a long one sticks out
-    of the image's side or into its neighbour's; constrained layout does not move panels sideways for it."""
+    of the image's side or into its neighbour's; constrained layout does not move panels sideways for it.
+
+    Texts are measured on the figure as laid out, without drawing it: a layout is most of a draw's cost, and the
+    pixels are drawn once, at the end."""
+    layout = figure.get_layout_engine()
     for _ in range(_FIT_ROUNDS):
+        layout.execute(figure)
         changed = False
         areas = [axes[0].get_window_extent() for _, axes, _, _ in drawn]
         for index, (panel, _, title, _) in enumerate(drawn):
@@ -762,9 +769,8 @@ def _fit_texts(canvas: Any, drawn: list[_Drawn], width: int, cols: int) -> list[
             drawn[i] = (panel, axes, title, _place_legend(axes[0], handles, labels, ncols, panel.legend_title,
                                                           lowest=lowest))  # fmt: skip
         if not changed and not bad:
-            break
-        canvas.draw()
-    return drawn
+            return drawn, True
+    return drawn, False
 
 
 def _shorten(label: str, *, chars: int) -> str:

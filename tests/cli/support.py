@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
+import json
+import locale
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.cli import cli_forks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,14 +45,105 @@ def stop_process(process: subprocess.Popen[bytes]) -> int:
     return process.returncode
 
 
+class _CliForks:
+    """This test process's :mod:`tests.cli.cli_forks` server: started at the first :func:`run_cli`, ended (by its PID)
+    when the process exits."""
+
+    def __init__(self) -> None:
+        self.env = cli_env()
+        self._lock = threading.Lock()
+        self._pending = b""
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli.cli_forks"],
+            cwd=REPO,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        atexit.register(self.close)
+
+    def serves(self, env: Mapping[str, str]) -> bool:
+        """Whether a child of the server starts as a new interpreter with ``env`` would: the same start-up
+        variables."""
+
+        def startup(environ: Mapping[str, str]) -> dict[str, str]:
+            return {k: v for k, v in environ.items() if k.startswith(cli_forks.STARTUP_PREFIXES)}
+
+        return self._server.poll() is None and startup(env) == startup(self.env)
+
+    def run(
+        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "otel_bridge.cli", *args]
+        deadline = time.monotonic() + timeout
+        with self._lock, tempfile.TemporaryDirectory(prefix="otel-bridge-cli-") as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err)}
+            assert self._server.stdin is not None
+            self._server.stdin.write(json.dumps(request).encode() + b"\n")
+            pid = self._answer(None)["pid"]
+            try:
+                status = self._answer(deadline)["status"]
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                self._answer(None)
+                raise subprocess.TimeoutExpired(command, timeout, _text(out), _text(err)) from None
+            return subprocess.CompletedProcess(command, status, _text(out), _text(err))
+
+    def _answer(self, deadline: float | None) -> dict[str, int]:
+        """The server's next line; :class:`TimeoutError` at ``deadline``."""
+        assert self._server.stdout is not None
+        fd = self._server.stdout.fileno()
+        while b"\n" not in self._pending:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], wait)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError(f"the CLI fork server (PID {self._server.pid}) ended: see stderr")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        answer: dict[str, int] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        stop_process(self._server)
+
+
+def _text(path: Path) -> str:
+    """A captured stream as ``subprocess.run(text=True)`` reads it: the locale's encoding, universal newlines."""
+    data = path.read_bytes() if path.exists() else b""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
+
+
+_forks: _CliForks | None = None
+
+
 def run_cli(
-    args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 120.0
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m otel_bridge.cli ARGS`` in ``cwd``; returns the finished process (stdout, stderr, returncode)."""
+    """``python -m otel_bridge.cli ARGS`` in ``cwd``; returns the finished process (stdout, stderr, returncode).
+
+    The command runs in a process forked from a server that imported the CLI once (:mod:`tests.cli.cli_forks`: a
+    second of CPU less a call), unless ``fresh`` (a test of the interpreter's start-up) or ``env`` changes what an
+    interpreter reads at start-up (``PYTHONPATH``, the locale): then in a new ``python`` process."""
+    global _forks
+    environment = cli_env(env)
+    if not fresh:
+        if _forks is None:
+            _forks = _CliForks()
+        if _forks.serves(environment):
+            return _forks.run(args, cwd=cwd, env=environment, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", "otel_bridge.cli", *args],
         cwd=cwd,
-        env=cli_env(env),
+        env=environment,
         capture_output=True,
         text=True,
         timeout=timeout,

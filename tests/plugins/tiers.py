@@ -1,8 +1,8 @@
 """The suite's tiers: which tests need a server, how parallel workers share the suite, where the timings go.
 
 ``server`` marks a test that starts a server process or needs a server's binary: Prometheus (Debian's or the 3.16
-peer), VictoriaMetrics, the collector, promtool, a real vLLM, the session's Ray cluster. The quick tier (``make
-check``) runs the others. The marker is set here by rule, never by hand, and the rule is checked while the tests run:
+peer), VictoriaMetrics, the collector, promtool, a real vLLM, the session's Ray cluster, a real ``mlflow server``.
+The quick tier (``make check``) runs the others. The marker is set here by rule, never by hand, and the rule is checked while the tests run:
 
 - a test module that holds (imports) anything of :data:`SERVER_HELPERS`, directly or through a ``tests.*`` support
   module it imports from (one level: ``tests/deploy/support.py`` runs promtool), needs a server;
@@ -54,7 +54,9 @@ SERVER_HELPERS = frozenset(
     }
 )
 #: Fixtures that start one (``prometheus_version`` parametrizes a test by the Prometheus it starts).
-SERVER_FIXTURES = frozenset({"prometheus", "_prometheus_pair", "warm_pool", "prometheus_version", "ray_cluster"})
+SERVER_FIXTURES = frozenset(
+    {"prometheus", "_prometheus_pair", "warm_pool", "prometheus_version", "ray_cluster", "mlflow_server"}
+)
 #: Fixtures of one server per run, not per worker: their modules share one worker.
 SESSION_SERVERS = {"ray_cluster": "ray"}
 ROOT = Path(__file__).resolve().parents[2]

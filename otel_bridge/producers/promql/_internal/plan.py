@@ -39,7 +39,7 @@ from typing import Literal, Protocol
 
 from otel_bridge.errors import QueryTooLongError
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
-from otel_bridge.producers.statistics import Group, Increases, StatPoint, group_of
+from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import QueryResult
 from otel_bridge.window import IDLE_STAT, StepWindow
@@ -319,7 +319,14 @@ class WindowPlan:
         window = self.window
         if not targets or window.start is None:
             return None
-        names = sorted({name for i in self.increase_queries for name in self.queries[i].series_names()})
+        names = sorted(
+            {
+                stored
+                for i in self.increase_queries
+                for n in self.queries[i].series_names()
+                for stored in self.queries[i].stored(n)
+            }
+        )
         names.extend(self.reread_names)
         instances = sorted({instance for _, instance in targets})
         low = window.start - max(self.pad_s, REREAD_LOOKBACK_S)
@@ -330,6 +337,23 @@ class WindowPlan:
             f"__name__=~{promql.regex_alternation(names, utf8=True)}, instance=~{promql.value_alternation(instances)}"
         )
         return f"{{{matchers}}}[{span}]"
+
+
+def as_served(queries: Sequence[MetricQuery], raw: Sequence[RawSeries]) -> list[RawSeries]:
+    """``raw`` with every series named as served (a stored form's name replaced by the query's own:
+    :meth:`MetricQuery.served_name`), and a server's series under two forms merged into one, its samples in time
+    order: a counter that changed names mid-run continues, counted once."""
+    served = {stored: name for q in queries for name in q.series_names() for stored in q.stored(name)}
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], RawSeries] = {}
+    for series in raw:
+        name = served.get(series.name, series.name)
+        key = (name, tuple(sorted(series.labels.items())))
+        known = merged.get(key)
+        if known is None:
+            merged[key] = RawSeries(name, series.labels, series.samples, series.starts)
+        else:
+            merged[key] = RawSeries(name, series.labels, sorted([*known.samples, *series.samples]))
+    return list(merged.values())
 
 
 def _over_window(
@@ -366,10 +390,29 @@ def _possible(per_series: Callable[[str], str], sel: str, *, length: str, full_s
     return f"({per_series(sel)}) unless {_out_of_range(sel, length=length, full_scale=full_scale)}"
 
 
-def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:
+FORM_LABEL = "otel_bridge_form"
+"""The label that keeps a family's stored forms apart while :func:`roled` combines them (aggregated away)."""
+
+AcrossForms = Literal["first", "max", "sum"]
+
+
+def roled(query: MetricQuery, name: str, per_series: Callable[[str], str], across: AcrossForms = "first") -> str:
     """``per_series`` over the selector of ``name`` (with the query's matchers); when ``query`` groups by role, the
     union over its roles' label sets, each series given the role it serves (``label_replace``), as
-    :func:`~otel_bridge.producers.statistics.with_roles` labels raw series."""
+    :func:`~otel_bridge.producers.statistics.with_roles` labels raw series.
+
+    A family read under several stored forms (:attr:`MetricQuery.forms`) gets ``per_series`` of each form's selector,
+    so a server whose series is under two names within the range is one series per form, never one selector with two
+    series of the same labels; ``across`` combines a server's values: ``first`` the first form that has one (``or``),
+    ``max`` or ``sum`` of them (different servers' series stay apart either way)."""
+    terms = [_roled(query, stored, per_series) for stored in query.stored(name)]
+    if len(terms) == 1 or across == "first":
+        return promql.union(terms) if len(terms) > 1 else terms[0]
+    kept = [f'label_replace({term}, "{FORM_LABEL}", "{i}", "", "")' for i, term in enumerate(terms)]
+    return f"{across} without ({FORM_LABEL}) ({promql.union(kept)})"
+
+
+def _roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:
     matchers = dict(query.matchers)
     if not query.roles:
         return per_series(promql.selector(name, matchers, utf8=query.utf8))

@@ -33,6 +33,7 @@ from otel_bridge.producers.promql._internal.plan import (
     Target,
     WindowAnswer,
     WindowPlan,
+    as_served,
 )
 from otel_bridge.producers.promql._internal.setup import Setup
 from otel_bridge.producers.promql._internal.targets import ServingTargets
@@ -162,7 +163,8 @@ class StoreReader:
         window the sample that closes it; at most two of ``prometheus.scrape_interval_s`` after the end. Returns when
         that was (``None`` when the targets' schedule says it instead)."""
         setup = self.setup
-        names = sorted({*setup.primary_names, *(q.name for q in self.queries if q.kind == "gauge" and q.name)})
+        gauges = {n for q in self.queries if q.kind == "gauge" and q.name for n in q.stored(q.name)}
+        names = sorted({*setup.primary_names, *gauges})
         utf8 = {n for q in self.queries for n in q.utf8_names}
         interval_s = setup.schedule.interval_s
         if setup.schedule.targets_known or not names or window.start is None:
@@ -220,7 +222,8 @@ class StoreReader:
         targets = {t for targets in answer.reread.values() for t in targets}
         expression = plan.reread_expression(targets)
         if expression is not None:
-            reconcile(plan, answer, raw_series(self.client.query(expression, time=plan.reread_until)))
+            raw = raw_series(self.client.query(expression, time=plan.reread_until))
+            reconcile(plan, answer, as_served(plan.queries, raw))
 
     def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
         """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's

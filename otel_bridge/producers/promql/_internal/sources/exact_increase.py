@@ -107,7 +107,7 @@ def _exact_increase(plan: WindowPlan, index: int, query: MetricQuery, exact: Exa
     end = at(window.end)
     for position, name in enumerate(query.series_names()):
         by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
-        increase = roled(query, name, lambda sel: exact(sel, length, end, present=present))
+        increase = roled(query, name, lambda sel: exact(sel, length, end, present=present), "sum")
         plan.add(f"{index}/increase/{position}", Part("increase", index, name=name), f"sum by ({by}) ({increase})")
     lag_parts(plan, index, query)
 

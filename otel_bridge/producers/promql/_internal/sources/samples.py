@@ -127,8 +127,13 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     matchers = dict(query.matchers)
     span = promql.duration(plan.close_at - window.start + plan.pad_s)
     flags = []
-    for name in primary_names(query):
+    for name in (stored for primary in primary_names(query) for stored in query.stored(primary)):
         sel = promql.selector(name, matchers, utf8=query.utf8)
+        if len(query.forms) > 1:
+            # A family under several names: every target serving it is read raw, where a server's series under two
+            # names is one series (its counter continues across the change of name) and counted once.
+            flags.append(f"last_over_time({sel}[{span}] @ {at(plan.close_at)})")
+            continue
         flags.append(f"(resets({sel}[{span}] @ {at(plan.close_at)}) > 0)")
         flags.append(f"({_end_value(plan, sel)} unless {_base_value(plan, sel)})")
     reread = " or ".join(flags)
@@ -140,8 +145,8 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
         # out client-side (summed_share), so Prometheus touches every series once per boundary and evaluates the
         # re-read selection once per query (measured in bench/suite_promql_scale.py).
-        end = roled(query, name, lambda sel: _end_value(plan, sel))
-        base = roled(query, name, lambda sel: _base_value(plan, sel))
+        end = roled(query, name, lambda sel: _end_value(plan, sel), "max")
+        base = roled(query, name, lambda sel: _base_value(plan, sel), "max")
         plan.add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
         plan.add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
     lag_parts(plan, index, query)
@@ -151,7 +156,21 @@ def lag_parts(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     """How far from each boundary the samples standing for it lie, the largest over the query's series."""
     window = plan.window
     assert window.start is not None
-    primary = promql.selector(primary_names(query)[0], dict(query.matchers), utf8=query.utf8)
+    lags = [
+        _lags(plan, promql.selector(name, dict(query.matchers), utf8=query.utf8))
+        for name in query.stored(primary_names(query)[0])
+    ]
+    ends, starts = [end for end, _ in lags], [start for _, start in lags]
+    plan.add(f"{index}/lag/end", Part("lag", index), f"max({ends[0] if len(ends) == 1 else promql.union(ends)})")
+    plan.add(
+        f"{index}/lag/start", Part("lag", index), f"max({starts[0] if len(starts) == 1 else promql.union(starts)})"
+    )
+
+
+def _lags(plan: WindowPlan, primary: str) -> tuple[str, str]:
+    """The distance of the samples standing for the window's end and start from them, for the selector ``primary``."""
+    window = plan.window
+    assert window.start is not None
     end_lag = f"abs({at(window.end)} - timestamp({primary} @ {at(plan.close_at)}))"
     if window.final and plan.close_at > window.end:
         # The run's last window is closed by each series' first sample after its end (the smallest counter value
@@ -163,8 +182,7 @@ def lag_parts(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         first = f"min_over_time({after_end} @ {at(plan.close_at)})"
         end_lag = f"({first} - {at(window.end)}) or abs({at(window.end)} - timestamp({primary} @ {at(window.end)}))"
     start_lag = f"abs({at(window.start)} - timestamp({primary} @ {at(window.start)}))"
-    plan.add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
-    plan.add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
+    return end_lag, start_lag
 
 
 def share_key(query: MetricQuery, series: RawSeries) -> tuple[str, Group] | None:

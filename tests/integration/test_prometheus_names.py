@@ -1,0 +1,142 @@
+"""The PromQL path reads a family under the name the store holds it by (docs/compatibility.md, "Metric names").
+
+A real Prometheus scrapes an exporter served by prometheus_client's own handler (tests/helpers/client_exporter.py).
+Prometheus 2.42 asks for OpenMetrics and prometheus_client (0.23 and later) escapes the colons of its sample names, so
+the store holds ``vllm_generation_tokens_total``; Prometheus 3.16 with its defaults asks for UTF-8 names and keeps
+``vllm:generation_tokens_total``; 3.16 with ``metric_name_validation_scheme: legacy`` (its ``global`` section,
+``config/config.go``) asks for escaped names again. Vllm's ``RayPrometheusStatLogger`` through Ray's metrics agent gives
+``ray_vllm_generation_tokens_total``. The bridge is configured with vLLM's own names (the preset's) in every case, and
+each step's numbers, the run's sum and the record keys must be the same; the start-up log names the form it found.
+
+The workload is quiet around every boundary (each step's requests complete after its start and are stored before its
+end), so each step's truth is exactly what the exporter counted in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics.export import NumberDataPoint
+
+from otel_bridge.config import MetricConfig, PrometheusConfig
+from otel_bridge.producers.base import metrics_of
+from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers.promql import client_for
+from otel_bridge.producers.promql.producer import PromQLProducer
+from otel_bridge.schema import STAT_ATTRIBUTE
+from otel_bridge.window import StepWindow
+from tests.helpers.client_exporter import ClientExporter
+from tests.helpers.prometheus_server import PrometheusServer
+
+pytestmark = pytest.mark.integration
+
+INTERVAL_S = 0.5
+# per step: (tokens, time to first token) of each request completed in it, and the running requests set in it
+STEPS: list[tuple[list[tuple[float, float]], float]] = [
+    ([(40.0, 0.02), (41.0, 0.2)], 2.0),
+    ([(7.0, 0.7)], 5.0),
+    ([(100.0, 0.03), (3.0, 0.04), (9.0, 0.3)], 1.0),
+]
+CONFIGS = [
+    {"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"]},
+    {"name": "vllm:time_to_first_token_seconds", "type": "histogram", "stats": ["count", "mean"]},
+    {"name": "vllm:num_requests_running", "type": "gauge", "stats": ["max"], "agg": "sum"},
+]
+# (Prometheus version, metric_name_validation_scheme) -> the form the store holds vllm:generation_tokens_total under
+STORES = {
+    ("2.42", None): "vllm_generation_tokens_total",
+    ("3.16", None): "vllm:generation_tokens_total",
+    ("3.16", "legacy"): "vllm_generation_tokens_total",
+}
+
+
+def prometheus(workdir: Path, targets: list[str], version: str, validation: str | None) -> PrometheusServer:
+    server = PrometheusServer(workdir, targets, scrape_interval_s=INTERVAL_S, version=version)
+    if validation is not None:
+        config = server.config()
+        config["global"]["metric_name_validation_scheme"] = validation
+        server.config_override = config
+    return server
+
+
+@pytest.fixture(params=list(STORES), ids=[f"{v}-{s or 'default'}" for v, s in STORES])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ClientExporter, PrometheusServer, str]]:
+    version, validation = request.param
+    with ClientExporter() as exporter:
+        server = prometheus(tmp_path / "prometheus", [exporter.hostport], version, validation)
+        with server:
+            exporter.complete(1.0, 0.01)  # the families exist before the run, as on a server that ran before
+            exporter.set_running(0.0)
+            server.wait_for_samples("up", count=2)
+            yield exporter, server, STORES[request.param]
+
+
+def run_steps(exporter: ClientExporter, server: PrometheusServer, producer: PromQLProducer) -> list[dict[str, float]]:
+    """Drive :data:`STEPS` (quiet around each boundary) and read each window: ``{key/stat: value}`` per step."""
+    records = []
+    start = time.time()
+    producer.on_boundary(start)
+    server.wait_for_scrapes_after(start)
+    for step, (requests, running) in enumerate(STEPS):
+        for tokens, ttft in requests:
+            exporter.complete(tokens, ttft)
+        exporter.set_running(running)
+        server.wait_for_scrapes_after(time.time())
+        end = time.time()
+        producer.on_boundary(end)
+        server.wait_for_scrapes_after(end)
+        record = {}
+        for metric in metrics_of(producer.produce(window=StepWindow(step, start, end))):
+            for point in metric.data.data_points:
+                assert isinstance(point, NumberDataPoint)
+                record[f"{metric.name}/{point.attributes.get(STAT_ATTRIBUTE, '')}"] = point.value
+        records.append(record)
+        start = end
+    return records
+
+
+def truth() -> list[dict[str, float]]:
+    """Each step's numbers: the gauge held the previous step's value at the step's start (0 before the run)."""
+    before = [0.0, *(running for _, running in STEPS)]
+    return [
+        {
+            "vllm:generation_tokens_total/delta": sum(t for t, _ in requests),
+            "vllm:time_to_first_token_seconds/count": float(len(requests)),
+            "vllm:time_to_first_token_seconds/mean": sum(s for _, s in requests) / len(requests),
+            "vllm:num_requests_running/max": max(before[step], running),
+        }
+        for step, (requests, running) in enumerate(STEPS)
+    ]
+
+
+def test_each_step_reads_the_family_under_the_form_the_store_holds(
+    store: tuple[ClientExporter, PrometheusServer, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter, server, stored = store
+    held = {row["metric"]["__name__"] for row in server.query('{__name__=~".*generation_tokens_total"}')}
+    assert held == {stored}, f"Prometheus {server.version} holds {held}"  # the setup is what the issue measured
+    producer = PromQLProducer(
+        client_for(PrometheusConfig(url=server.url)),
+        resolve_metrics([MetricConfig.model_validate(c) for c in CONFIGS]),
+        scrape_interval_s=INTERVAL_S,
+        recording_rules="off",
+    )
+    with caplog.at_level(logging.INFO, logger="otel_bridge"):
+        producer.start()
+    try:
+        records = run_steps(exporter, server, producer)
+    finally:
+        producer.close()
+    expected = truth()
+    for step, (got, want) in enumerate(zip(records, expected, strict=True)):
+        assert set(got) == set(want), f"step {step}: keys {sorted(got)}"
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value), f"step {step} {key}: {got[key]} != {value}"
+    run_sum = sum(r["vllm:generation_tokens_total/delta"] for r in records)
+    assert run_sum == sum(t for requests, _ in STEPS for t, _ in requests)
+    if stored != "vllm:generation_tokens_total":
+        assert f"vllm:generation_tokens_total (metrics[0]) is stored as {stored}" in caplog.text

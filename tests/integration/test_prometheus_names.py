@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import requests as http
 from opentelemetry.sdk.metrics.export import NumberDataPoint
 
 from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.producers.base import metrics_of
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql import client_for
+from otel_bridge.producers.promql._internal.store import detect_store
 from otel_bridge.producers.promql.producer import PromQLProducer
 from otel_bridge.schema import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow
@@ -75,16 +78,27 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Clie
             yield exporter, server, STORES[request.param]
 
 
-def run_steps(exporter: ClientExporter, server: PrometheusServer, producer: PromQLProducer) -> list[dict[str, float]]:
-    """Drive :data:`STEPS` (quiet around each boundary) and read each window: ``{key/stat: value}`` per step."""
+def run_steps(
+    exporters: list[ClientExporter],
+    server: PrometheusServer,
+    producer: PromQLProducer,
+    midway: dict[int, Callable[[], None]] | None = None,
+) -> list[dict[str, float]]:
+    """Drive :data:`STEPS` on every exporter (quiet around each boundary) and read each window: ``{key/stat: value}``
+    per step. ``midway[step]`` runs after the step's first request and before its others."""
     records = []
     start = time.time()
     producer.on_boundary(start)
     server.wait_for_scrapes_after(start)
     for step, (requests, running) in enumerate(STEPS):
-        for tokens, ttft in requests:
-            exporter.complete(tokens, ttft)
-        exporter.set_running(running)
+        for position, (tokens, ttft) in enumerate(requests):
+            if position == 1 and midway and step in midway:
+                server.wait_for_scrapes_after(time.time())
+                midway[step]()
+            for exporter in exporters:
+                exporter.complete(tokens, ttft)
+        for exporter in exporters:
+            exporter.set_running(running)
         server.wait_for_scrapes_after(time.time())
         end = time.time()
         producer.on_boundary(end)
@@ -99,18 +113,44 @@ def run_steps(exporter: ClientExporter, server: PrometheusServer, producer: Prom
     return records
 
 
-def truth() -> list[dict[str, float]]:
-    """Each step's numbers: the gauge held the previous step's value at the step's start (0 before the run)."""
+def truth(servers: int = 1) -> list[dict[str, float]]:
+    """Each step's numbers over ``servers`` exporters driven alike: the gauge held the previous step's value at the
+    step's start (0 before the run)."""
     before = [0.0, *(running for _, running in STEPS)]
     return [
         {
-            "vllm:generation_tokens_total/delta": sum(t for t, _ in requests),
-            "vllm:time_to_first_token_seconds/count": float(len(requests)),
+            "vllm:generation_tokens_total/delta": servers * sum(t for t, _ in requests),
+            "vllm:time_to_first_token_seconds/count": servers * float(len(requests)),
             "vllm:time_to_first_token_seconds/mean": sum(s for _, s in requests) / len(requests),
-            "vllm:num_requests_running/max": max(before[step], running),
+            "vllm:num_requests_running/max": servers * max(before[step], running),
         }
         for step, (requests, running) in enumerate(STEPS)
     ]
+
+
+def producer_for(server: PrometheusServer, plan: str = "store's own") -> PromQLProducer:
+    """The PromQL producer reading :data:`CONFIGS` from ``server``, by the store's own increase where it has one, or
+    by the samples around each boundary (``plan="boundary sums"``)."""
+    client = client_for(PrometheusConfig(url=server.url))
+    store = detect_store(client)
+    return PromQLProducer(
+        client,
+        resolve_metrics([MetricConfig.model_validate(c) for c in CONFIGS]),
+        scrape_interval_s=INTERVAL_S,
+        recording_rules="off",
+        store=store if plan == "store's own" else replace(store, increase=None),
+    )
+
+
+def assert_truth(records: list[dict[str, float]], servers: int = 1) -> None:
+    """Every step's numbers and keys, and the run's sum."""
+    expected = truth(servers)
+    for step, (got, want) in enumerate(zip(records, expected, strict=True)):
+        assert set(got) == set(want), f"step {step}: keys {sorted(got)}"
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value), f"step {step} {key}: {got[key]} != {value}"
+    run_sum = sum(r["vllm:generation_tokens_total/delta"] for r in records)
+    assert run_sum == servers * sum(t for requests, _ in STEPS for t, _ in requests)
 
 
 def test_each_step_reads_the_family_under_the_form_the_store_holds(
@@ -119,24 +159,89 @@ def test_each_step_reads_the_family_under_the_form_the_store_holds(
     exporter, server, stored = store
     held = {row["metric"]["__name__"] for row in server.query('{__name__=~".*generation_tokens_total"}')}
     assert held == {stored}, f"Prometheus {server.version} holds {held}"  # the setup is what the issue measured
-    producer = PromQLProducer(
-        client_for(PrometheusConfig(url=server.url)),
-        resolve_metrics([MetricConfig.model_validate(c) for c in CONFIGS]),
-        scrape_interval_s=INTERVAL_S,
-        recording_rules="off",
-    )
+    producer = producer_for(server)
     with caplog.at_level(logging.INFO, logger="otel_bridge"):
         producer.start()
     try:
-        records = run_steps(exporter, server, producer)
+        records = run_steps([exporter], server, producer)
     finally:
         producer.close()
-    expected = truth()
-    for step, (got, want) in enumerate(zip(records, expected, strict=True)):
-        assert set(got) == set(want), f"step {step}: keys {sorted(got)}"
-        for key, value in want.items():
-            assert got[key] == pytest.approx(value), f"step {step} {key}: {got[key]} != {value}"
-    run_sum = sum(r["vllm:generation_tokens_total/delta"] for r in records)
-    assert run_sum == sum(t for requests, _ in STEPS for t, _ in requests)
+    assert_truth(records)
     if stored != "vllm:generation_tokens_total":
         assert f"vllm:generation_tokens_total (metrics[0]) is stored as {stored}" in caplog.text
+
+
+def test_servers_reached_two_ways_are_summed_under_both_names(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One vLLM scraped directly (``vllm:x`` on Prometheus 3.16), one through Ray's exporter (``ray_vllm_x``): each
+    step sums both servers, under the configured keys."""
+    with ClientExporter() as direct, ClientExporter(prefix="ray_vllm_") as ray:
+        server = prometheus(tmp_path / "prometheus", [direct.hostport, ray.hostport], "3.16", None)
+        with server:
+            for exporter in (direct, ray):
+                exporter.complete(1.0, 0.01)
+                exporter.set_running(0.0)
+            server.wait_for_samples("up", count=2)
+            server.wait_for_samples("ray_vllm_num_requests_running", count=1)
+            producer = producer_for(server)
+            with caplog.at_level(logging.INFO, logger="otel_bridge"):
+                producer.start()
+            try:
+                records = run_steps([direct, ray], server, producer)
+            finally:
+                producer.close()
+    assert_truth(records, servers=2)
+    assert (
+        "vllm:generation_tokens_total (metrics[0]) is stored under 2 names at once "
+        "(vllm:generation_tokens_total, ray_vllm_generation_tokens_total)"
+    ) in caplog.text
+
+
+def validation(server: PrometheusServer, scheme: str | None) -> None:
+    """Reload ``server`` with ``metric_name_validation_scheme: scheme`` (its default when ``None``) and wait until
+    its scrapes store the form that scheme gives."""
+    config = server.config()
+    config.pop("global")
+    config["global"] = {"scrape_interval": f"{int(INTERVAL_S * 1000)}ms", "evaluation_interval": "1s"}
+    if scheme is not None:
+        config["global"]["metric_name_validation_scheme"] = scheme
+    server.config_override = config
+    server.prepare()
+    http.post(f"{server.url}/-/reload", timeout=10).raise_for_status()
+    server.wait_for_scrapes_after(time.time())
+    server.wait_for_scrapes_after(time.time())
+
+
+@pytest.mark.parametrize("plan", ["store's own", "boundary sums"])
+def test_a_server_whose_name_changes_is_counted_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, plan: str
+) -> None:
+    """Prometheus 3.16 switched to ``metric_name_validation_scheme: legacy`` (a reload) just before the run, so the
+    store holds the server's family under ``vllm:x`` and ``vllm_x``; in the middle of step 2 it switches back. The
+    same server's counter, under either name, is counted once: every step is exact, the run's sum too, read by the
+    store's exact increase or by the samples around each boundary."""
+    with ClientExporter() as exporter:
+        server = PrometheusServer(
+            tmp_path / "prometheus",
+            [exporter.hostport],
+            scrape_interval_s=INTERVAL_S,
+            version="3.16",
+            enable_lifecycle=True,
+        )
+        with server:
+            exporter.complete(1.0, 0.01)
+            exporter.set_running(0.0)
+            server.wait_for_samples("vllm:generation_tokens_total", count=2)
+            validation(server, "legacy")
+            exporter.complete(5.0, 0.02)  # before the run, under the escaped name
+            server.wait_for_scrapes_after(time.time())
+            producer = producer_for(server, plan)
+            with caplog.at_level(logging.INFO, logger="otel_bridge"):
+                producer.start()
+            try:
+                records = run_steps([exporter], server, producer, midway={2: lambda: validation(server, None)})
+            finally:
+                producer.close()
+            held = {r["metric"]["__name__"] for r in server.query('{__name__=~".*generation_tokens_total"}[1m]')}
+    assert held == {"vllm:generation_tokens_total", "vllm_generation_tokens_total"}
+    assert_truth(records)
+    assert "vllm:generation_tokens_total (metrics[0]) is stored under 2 names at once" in caplog.text

@@ -393,7 +393,7 @@ def _possible(per_series: Callable[[str], str], sel: str, *, length: str, full_s
 FORM_LABEL = "otel_bridge_form"
 """The label that keeps a family's stored forms apart while :func:`roled` combines them (aggregated away)."""
 
-AcrossForms = Literal["first", "max", "sum"]
+AcrossForms = Literal["first", "max"]
 
 
 def roled(query: MetricQuery, name: str, per_series: Callable[[str], str], across: AcrossForms = "first") -> str:
@@ -404,7 +404,7 @@ def roled(query: MetricQuery, name: str, per_series: Callable[[str], str], acros
     A family read under several stored forms (:attr:`MetricQuery.forms`) gets ``per_series`` of each form's selector,
     so a server whose series is under two names within the range is one series per form, never one selector with two
     series of the same labels; ``across`` combines a server's values: ``first`` the first form that has one (``or``),
-    ``max`` or ``sum`` of them (different servers' series stay apart either way)."""
+    ``max`` the largest (a counter's latest); different servers' series stay apart either way."""
     terms = [_roled(query, stored, per_series) for stored in query.stored(name)]
     if len(terms) == 1 or across == "first":
         return promql.union(terms) if len(terms) > 1 else terms[0]

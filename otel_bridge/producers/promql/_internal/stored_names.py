@@ -22,6 +22,11 @@ __all__ = ["find_forms", "probe_names"]
 
 _log = logging.getLogger(__name__)
 
+LOOKBACK_S = 300.0
+"""How far back a form's series count as held: Prometheus' default lookback (``--query.lookback-delta``), so a form
+whose series stopped shortly before start-up (a change of scrape settings) is read beside the new one."""
+_TAG = "otel_bridge_name"
+
 
 def probe_names(query: MetricQuery) -> tuple[str, ...]:
     """The sample names whose series prove the family is there: a ratio's two counters, a histogram's ``_count``
@@ -38,16 +43,18 @@ def probe_names(query: MetricQuery) -> tuple[str, ...]:
 
 
 def find_forms(client: PrometheusClient, queries: Sequence[MetricQuery]) -> list[MetricQuery]:
-    """``queries`` with :attr:`~MetricQuery.forms` set to the forms the store holds their families under now
-    (Prometheus' lookback, one query for all of them); logged for every family not held as served."""
+    """``queries`` with :attr:`~MetricQuery.forms` set to the forms the store holds their families under: those
+    with a series in the last :data:`LOOKBACK_S` (one query for all of them), every candidate form when none has;
+    logged for every family not held as served alone."""
     candidates = {i: q.candidate_forms for i, q in enumerate(queries) if len(q.candidate_forms) > 1}
     names = sorted(
         {stored_name(p, f) for i, forms in candidates.items() for p in probe_names(queries[i]) for f in forms}
     )
     if not names:
         return list(queries)
-    expr = f"group by (__name__) ({{__name__=~{promql.regex_alternation(names, utf8=True)}}})"
-    held = {s.labels.get("__name__", "") for s in client.query(expr).series}
+    lookback = promql.duration(LOOKBACK_S)
+    parts = [promql.tag_series(f"group(last_over_time({promql.selector(n)}[{lookback}]))", _TAG, n) for n in names]
+    held = {s.labels.get(_TAG, "") for s in client.query(promql.union(parts)).series}
     found: list[MetricQuery] = []
     said: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
     for index, query in enumerate(queries):

@@ -129,11 +129,6 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     flags = []
     for name in (stored for primary in primary_names(query) for stored in query.stored(primary)):
         sel = promql.selector(name, matchers, utf8=query.utf8)
-        if len(query.forms) > 1:
-            # A family under several names: every target serving it is read raw, where a server's series under two
-            # names is one series (its counter continues across the change of name) and counted once.
-            flags.append(f"last_over_time({sel}[{span}] @ {at(plan.close_at)})")
-            continue
         flags.append(f"(resets({sel}[{span}] @ {at(plan.close_at)}) > 0)")
         flags.append(f"({_end_value(plan, sel)} unless {_base_value(plan, sel)})")
     reread = " or ".join(flags)
@@ -144,7 +139,10 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         by = ", ".join([*query.by, *(["le"] if histogram and position == 0 else [])])
         # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
         # out client-side (summed_share), so Prometheus touches every series once per boundary and evaluates the
-        # re-read selection once per query (measured in bench/suite_promql_scale.py).
+        # re-read selection once per query (measured in bench/suite_promql_scale.py). A server whose series is under
+        # two stored forms (its name changed within the range) stands for a boundary by the larger of its two values:
+        # its counter's later one. The form that appears is flagged above, and its raw series merged with the other
+        # (as_served), so that window's share is its counter's increase across the change, counted once.
         end = roled(query, name, lambda sel: _end_value(plan, sel), "max")
         base = roled(query, name, lambda sel: _base_value(plan, sel), "max")
         plan.add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")

@@ -110,7 +110,6 @@ def negotiate(
     if any(q.needs_kind for q in resolved):
         metadata = client.metadata()
         resolved = [resolve_kind(q, metadata) for q in resolved]
-    resolved = find_forms(client, resolved)
     pad_s = 2.0 * interval_s
     now = time.time()  # a check needs no exact time: the store's clock is measured once the queries are known good
     counting = [i for i, q in enumerate(resolved) if counts(q)]
@@ -123,6 +122,7 @@ def negotiate(
         counters=counters_for(store),
         store=store,
     )
+    resolved = find_forms(client, resolved)  # after the checks: what the store rejects is the config's, by entry
     clock = StoreClock(client, max_offset_s=max_clock_offset_s, unreadable=store.clock)
     if store.clock is not None:
         _log.info(

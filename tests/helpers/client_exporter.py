@@ -18,10 +18,12 @@ from typing import Self
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
 
 from tests.helpers.http_servers import free_port
 
 MODEL = "tiny"
+SCRAPE_TIMEOUT_S = 10.0
 TTFT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0)
 
 
@@ -40,6 +42,9 @@ class ClientExporter:
             registry=self.registry,
         )
         self.running = Gauge(f"{prefix}num_requests_running", "Requests running", labels, registry=self.registry)
+        self.scrapes = 0
+        self._scraped = threading.Condition()
+        self.registry.register(_ScrapeCounter(self))
         self.port = free_port()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -60,6 +65,18 @@ class ClientExporter:
     def set_running(self, value: float) -> None:
         self.running.labels(MODEL).set(value)
 
+    def wait_for_scrapes(self, count: int = 2) -> None:
+        """Block until ``count`` more scrapes have been answered: with 2, one was asked for after this call began."""
+        with self._scraped:
+            wanted = self.scrapes + count
+            if not self._scraped.wait_for(lambda: self.scrapes >= wanted, SCRAPE_TIMEOUT_S):
+                raise AssertionError(f"{self.hostport} answered {self.scrapes} scrapes, expected {wanted}")
+
+    def _count_scrape(self) -> None:
+        with self._scraped:
+            self.scrapes += 1
+            self._scraped.notify_all()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -76,3 +93,14 @@ class ClientExporter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class _ScrapeCounter:
+    """A collector with no metrics that counts the registry's collections: one per page served."""
+
+    def __init__(self, exporter: ClientExporter) -> None:
+        self._exporter = exporter
+
+    def collect(self) -> list[Metric]:
+        self._exporter._count_scrape()
+        return []

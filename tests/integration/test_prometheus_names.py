@@ -30,6 +30,7 @@ from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql import client_for
 from otel_bridge.producers.promql._internal.store import detect_store
 from otel_bridge.producers.promql.producer import PromQLProducer
+from otel_bridge.producers.scrape import ScrapeProducer
 from otel_bridge.schema import STAT_ATTRIBUTE
 from otel_bridge.window import StepWindow
 from tests.helpers.client_exporter import ClientExporter
@@ -245,3 +246,39 @@ def test_a_server_whose_name_changes_is_counted_once(
     assert held == {"vllm:generation_tokens_total", "vllm_generation_tokens_total"}
     assert_truth(records)
     assert "vllm:generation_tokens_total (metrics[0]) is stored under 2 names at once" in caplog.text
+
+
+@pytest.mark.parametrize("prefix", ["vllm:", "ray_vllm_"], ids=["prometheus_client", "ray-agent-names"])
+def test_the_scrape_path_reads_the_family_under_the_name_the_page_serves(prefix: str) -> None:
+    """The scrape path asks for ``text/plain; version=0.0.4``: prometheus_client answers it with the names as
+    registered (``vllm:x``, not the OpenMetrics escaping a Prometheus 2.x gets); a page serving Ray's agent names
+    (``ray_vllm_x``) is read under the configured names too. Each step's numbers and keys are the PromQL path's."""
+    queries = resolve_metrics([MetricConfig.model_validate(c) for c in CONFIGS])
+    with ClientExporter(prefix=prefix) as exporter:
+        exporter.complete(1.0, 0.01)
+        exporter.set_running(0.0)
+        producer = ScrapeProducer([exporter.hostport], queries, sample_interval_s=0.05)
+        producer.start()
+        try:
+            records = []
+            start = time.time()
+            producer.on_boundary(start)
+            producer.produce(window=StepWindow(step=-1, start=None, end=start))  # the run's first boundary, read
+            for step, (requests, running) in enumerate(STEPS):
+                exporter.wait_for_scrapes()  # the gauge's value at the start is read inside the step, as Prometheus'
+                for tokens, ttft in requests:
+                    exporter.complete(tokens, ttft)
+                exporter.set_running(running)
+                exporter.wait_for_scrapes()
+                end = time.time()
+                producer.on_boundary(end)
+                record = {}
+                for metric in metrics_of(producer.produce(window=StepWindow(step, start, end))):
+                    for point in metric.data.data_points:
+                        assert isinstance(point, NumberDataPoint)
+                        record[f"{metric.name}/{point.attributes.get(STAT_ATTRIBUTE, '')}"] = point.value
+                records.append(record)
+                start = end
+        finally:
+            producer.close()
+    assert_truth(records)

@@ -79,6 +79,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Clie
             yield exporter, server, STORES[request.param]
 
 
+def record_of(producer: PromQLProducer | ScrapeProducer, window: StepWindow) -> dict[str, float]:
+    """``window`` read by ``producer``: ``{key/stat: value}``."""
+    record = {}
+    for metric in metrics_of(producer.produce(window=window)):
+        for point in metric.data.data_points:
+            assert isinstance(point, NumberDataPoint)
+            record[f"{metric.name}/{point.attributes.get(STAT_ATTRIBUTE, '')}"] = point.value
+    return record
+
+
 def run_steps(
     exporters: list[ClientExporter],
     server: PrometheusServer,
@@ -104,25 +114,20 @@ def run_steps(
         end = time.time()
         producer.on_boundary(end)
         server.wait_for_scrapes_after(end)
-        record = {}
-        for metric in metrics_of(producer.produce(window=StepWindow(step, start, end))):
-            for point in metric.data.data_points:
-                assert isinstance(point, NumberDataPoint)
-                record[f"{metric.name}/{point.attributes.get(STAT_ATTRIBUTE, '')}"] = point.value
-        records.append(record)
+        records.append(record_of(producer, StepWindow(step, start, end)))
         start = end
     return records
 
 
-def truth(servers: int = 1) -> list[dict[str, float]]:
+def truth(servers: int = 1, observed: Callable[[float], float] = float) -> list[dict[str, float]]:
     """Each step's numbers over ``servers`` exporters driven alike: the gauge held the previous step's value at the
-    step's start (0 before the run)."""
+    step's start (0 before the run); ``observed`` is what the exporter makes of an observation (its own value)."""
     before = [0.0, *(running for _, running in STEPS)]
     return [
         {
             "vllm:generation_tokens_total/delta": servers * sum(t for t, _ in requests),
             "vllm:time_to_first_token_seconds/count": servers * float(len(requests)),
-            "vllm:time_to_first_token_seconds/mean": sum(s for _, s in requests) / len(requests),
+            "vllm:time_to_first_token_seconds/mean": sum(observed(s) for _, s in requests) / len(requests),
             "vllm:num_requests_running/max": servers * max(before[step], running),
         }
         for step, (requests, running) in enumerate(STEPS)
@@ -143,9 +148,9 @@ def producer_for(server: PrometheusServer, plan: str = "store's own") -> PromQLP
     )
 
 
-def assert_truth(records: list[dict[str, float]], servers: int = 1) -> None:
-    """Every step's numbers and keys, and the run's sum."""
-    expected = truth(servers)
+def assert_truth(records: list[dict[str, float]], servers: int = 1, observed: Callable[[float], float] = float) -> None:
+    """Every step's numbers and keys, and the run's sum (:func:`truth`)."""
+    expected = truth(servers, observed)
     for step, (got, want) in enumerate(zip(records, expected, strict=True)):
         assert set(got) == set(want), f"step {step}: keys {sorted(got)}"
         for key, value in want.items():
@@ -272,12 +277,7 @@ def test_the_scrape_path_reads_the_family_under_the_name_the_page_serves(prefix:
                 exporter.wait_for_scrapes()
                 end = time.time()
                 producer.on_boundary(end)
-                record = {}
-                for metric in metrics_of(producer.produce(window=StepWindow(step, start, end))):
-                    for point in metric.data.data_points:
-                        assert isinstance(point, NumberDataPoint)
-                        record[f"{metric.name}/{point.attributes.get(STAT_ATTRIBUTE, '')}"] = point.value
-                records.append(record)
+                records.append(record_of(producer, StepWindow(step, start, end)))
                 start = end
         finally:
             producer.close()

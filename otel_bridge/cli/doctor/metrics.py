@@ -228,7 +228,8 @@ def _metrics_from_prometheus(
         return
     lookback = promql.duration(2 * config.prometheus.scrape_interval_s)
     try:
-        stored_queries = find_forms(client, queries)
+        limit = context.store.max_query_bytes if context.store is not None else None
+        stored_queries = find_forms(client, queries, max_query_bytes=limit)
     except PrometheusError as exc:
         context.add("metrics", "fail", f"cannot ask Prometheus which names it holds: {exc}", "see the prometheus check")
         return

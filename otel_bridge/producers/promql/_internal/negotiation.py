@@ -122,7 +122,8 @@ def negotiate(
         counters=counters_for(store),
         store=store,
     )
-    resolved = find_forms(client, resolved)  # after the checks: what the store rejects is the config's, by entry
+    # After the checks: what the store rejects is the config's, by entry.
+    resolved = find_forms(client, resolved, max_query_bytes=store.max_query_bytes)
     clock = StoreClock(client, max_offset_s=max_clock_offset_s, unreadable=store.clock)
     if store.clock is not None:
         _log.info(

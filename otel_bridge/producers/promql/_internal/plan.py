@@ -220,13 +220,7 @@ class WindowPlan:
                 size_bytes=size,
                 limit_bytes=max_bytes,
             )
-        groups: list[list[str]] = []
-        for expr in self._exprs:
-            if groups and len(promql.union([*groups[-1], expr]).encode()) <= max_bytes:
-                groups[-1].append(expr)
-            else:
-                groups.append([expr])
-        return [promql.union(group) for group in groups]
+        return promql.packed_unions(self._exprs, max_bytes)
 
     def add(self, tag: str, part: Part, expr: str) -> None:
         """Add ``expr`` to the union, its answer tagged ``tag`` and read as ``part``."""

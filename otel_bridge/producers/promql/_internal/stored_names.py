@@ -42,10 +42,13 @@ def probe_names(query: MetricQuery) -> tuple[str, ...]:
     return (query.name,)
 
 
-def find_forms(client: PrometheusClient, queries: Sequence[MetricQuery]) -> list[MetricQuery]:
+def find_forms(
+    client: PrometheusClient, queries: Sequence[MetricQuery], *, max_query_bytes: int | None = None
+) -> list[MetricQuery]:
     """``queries`` with :attr:`~MetricQuery.forms` set to the forms the store holds their families under: those
-    with a series in the last :data:`LOOKBACK_S` (one query for all of them), every candidate form when none has;
-    logged for every family not held as served alone."""
+    with a series in the last :data:`LOOKBACK_S` (one query for all of them, in as few as a store that refuses
+    queries longer than ``max_query_bytes`` takes), every candidate form when none has; logged for every family not
+    held as served alone."""
     candidates = {i: q.candidate_forms for i, q in enumerate(queries) if len(q.candidate_forms) > 1}
     names = sorted(
         {stored_name(p, f) for i, forms in candidates.items() for p in probe_names(queries[i]) for f in forms}
@@ -54,7 +57,11 @@ def find_forms(client: PrometheusClient, queries: Sequence[MetricQuery]) -> list
         return list(queries)
     lookback = promql.duration(LOOKBACK_S)
     parts = [promql.tag_series(f"group(last_over_time({promql.selector(n)}[{lookback}]))", _TAG, n) for n in names]
-    held = {s.labels.get(_TAG, "") for s in client.query(promql.union(parts)).series}
+    held = {
+        s.labels.get(_TAG, "")
+        for expr in promql.packed_unions(parts, max_query_bytes)
+        for s in client.query(expr).series
+    }
     found: list[MetricQuery] = []
     said: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
     for index, query in enumerate(queries):

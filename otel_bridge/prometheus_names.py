@@ -40,6 +40,17 @@ gauge of unit ``1`` (each trailing copy likewise removed first). ``NoTranslation
 a name is queried as ``{"trainer.tokens_total"}``, which only a store with UTF-8 names (Prometheus 3) accepts.
 
 A histogram's series are that name plus ``_bucket``, ``_sum`` and ``_count`` in every strategy.
+
+**Stored forms.** A name with a character outside ``[a-zA-Z0-9_]`` (vLLM's and SGLang's ``vllm:x``, ``sglang:x``)
+reaches a store under one of :data:`NAME_FORMS` depending on how it got there (:func:`stored_name`): ``served`` as the
+exporter registered it; ``escaped`` with every such character replaced by ``_``, as prometheus_client (0.23 and later)
+writes OpenMetrics sample names to a scraper that did not ask for UTF-8 names (Prometheus 2.x, Prometheus 3 with
+``metric_name_validation_scheme: legacy``: ``openmetrics/exposition.py``, ``_escape`` with
+``_is_legacy_labelname_rune``); ``ray`` escaped the same way and prefixed ``ray_``, as vLLM's
+``RayPrometheusStatLogger`` names Ray metrics (``vllm/v1/metrics/ray_wrappers.py``,
+``_get_sanitized_opentelemetry_name``) and Ray's metrics agent exports them
+(``ray/_private/telemetry/open_telemetry_metric_recorder.py``: ``f"{NAMESPACE}_{name}"``, namespace ``ray``; counters
+end in ``_total``). A name of ``[a-zA-Z0-9_]`` alone has only its ``served`` form (:func:`name_forms`).
 """
 
 from __future__ import annotations
@@ -56,15 +67,19 @@ __all__ = [
     "LABEL_NAME_PATTERN",
     "METRIC_NAME",
     "METRIC_NAME_PATTERN",
+    "NAME_FORMS",
     "PER_UNIT_SUFFIXES",
     "STRATEGIES",
     "UNIT_SUFFIXES",
     "Instrument",
+    "NameForm",
     "TranslationStrategy",
     "is_classic_name",
     "metric_kind",
+    "name_forms",
     "prometheus_name",
     "prometheus_series",
+    "stored_name",
 ]
 
 #: A Prometheus metric name, as a pattern to embed in larger ones (possessive: matching stays linear inside them).
@@ -321,3 +336,24 @@ def prometheus_series(
 def metric_kind(instrument: Instrument) -> MetricKind:
     """How the bridge reads the instrument's series: an ``up_down_counter`` goes up and down, so it is a gauge."""
     return _KINDS[instrument]
+
+
+#: How a served name reaches a store (see the module docstring, "Stored forms").
+NameForm = Literal["served", "escaped", "ray"]
+NAME_FORMS: Final[tuple[NameForm, ...]] = ("served", "escaped", "ray")
+_NOT_ESCAPED: Final = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def stored_name(name: str, form: NameForm) -> str:
+    """``name`` (a sample name as its exporter serves it) in ``form``: ``vllm:x_total`` is ``vllm_x_total`` escaped
+    and ``ray_vllm_x_total`` through Ray's metrics agent."""
+    if form == "served":
+        return name
+    escaped = _NOT_ESCAPED.sub("_", name)
+    return f"ray_{escaped}" if form == "ray" else escaped
+
+
+def name_forms(name: str) -> tuple[NameForm, ...]:
+    """The forms a store may hold ``name`` under: all of :data:`NAME_FORMS` for a name escaping changes (one with a
+    ``:``), only ``served`` for any other (``node_load1`` is ``node_load1`` however it is scraped)."""
+    return NAME_FORMS if _NOT_ESCAPED.search(name) else ("served",)

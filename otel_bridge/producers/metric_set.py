@@ -10,7 +10,7 @@ from typing import Literal
 from otel_bridge.config import DEFAULT_MAX_GROUPS, MetricConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
-from otel_bridge.prometheus_names import is_classic_name, metric_kind
+from otel_bridge.prometheus_names import NameForm, is_classic_name, metric_kind, name_forms, stored_name
 from otel_bridge.window import DEFAULT_STATS, MetricKind, allowed_stats, is_valid_stat
 
 _log = logging.getLogger(__name__)
@@ -62,6 +62,10 @@ class MetricQuery:
     stored_as: HistogramStorage = "classic"
     """How the store holds this histogram (:data:`HistogramStorage`), found at the PromQL path's start-up. With
     ``both``, a native series is read only where no classic ``_count`` series has its labels: never counted twice."""
+    forms: tuple[NameForm, ...] = ("served",)
+    """The forms the store holds this query's names under (:func:`~otel_bridge.prometheus_names.stored_name`), found
+    at start-up: every form is read, each series once (:meth:`stored`); records keep :attr:`key_name` whatever the
+    form."""
 
     @property
     def native_name(self) -> str | None:
@@ -83,6 +87,28 @@ class MetricQuery:
         """The sample names this query's raw series come under: :meth:`series_names`, and the native name of a
         histogram the store holds natively."""
         return (*self.series_names(), *((self.native_name,) if self.native_name else ()))
+
+    @property
+    def candidate_forms(self) -> tuple[NameForm, ...]:
+        """The forms a store may hold this query's names under (:func:`~otel_bridge.prometheus_names.name_forms`):
+        only ``served`` for raw PromQL and UTF-8 names."""
+        if self.promql is not None or self.utf8:
+            return ("served",)
+        names = self.ratio if self.ratio is not None else (self.name,) if self.name is not None else ()
+        return name_forms("".join(names)) if names else ("served",)
+
+    def stored(self, name: str) -> tuple[str, ...]:
+        """The names sample name ``name`` (one of :meth:`read_names`: a native histogram's name too) is read under: one
+        per form in :attr:`forms`."""
+        return tuple(stored_name(name, form) for form in self.forms)
+
+    def served_name(self, stored: str) -> str | None:
+        """The sample name of this query (:meth:`read_names`) that the store holds as ``stored`` (under one of
+        :attr:`forms`), if any."""
+        for name in self.read_names():
+            if stored in self.stored(name):
+                return name
+        return None
 
     @property
     def utf8_names(self) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from otel_bridge.prometheus_names import LABEL_NAME, METRIC_NAME
 
 __all__ = [
     "duration",
+    "packed_unions",
     "parse_duration",
     "quote_label_value",
     "regex_alternation",
@@ -203,6 +204,20 @@ def union(exprs: Sequence[str]) -> str:
     if not exprs:
         raise ConfigError("union() needs at least one PromQL expression")
     return " or ".join(f"({expr})" for expr in exprs)
+
+
+def packed_unions(exprs: Sequence[str], max_bytes: int | None) -> list[str]:
+    """``exprs`` combined with ``or`` (:func:`union`) into as few expressions as fit ``max_bytes`` each, whole
+    expressions in order (one longer than ``max_bytes`` alone stays alone); one union when ``max_bytes`` is ``None``."""
+    if max_bytes is None:
+        return [union(exprs)]
+    groups: list[list[str]] = []
+    for expr in exprs:
+        if groups and len(union([*groups[-1], expr]).encode()) <= max_bytes:
+            groups[-1].append(expr)
+        else:
+            groups.append([expr])
+    return [union(group) for group in groups]
 
 
 def regex_alternation(names: Sequence[str], *, utf8: bool = False) -> str:

@@ -14,6 +14,7 @@ import requests
 from tests.cli.support import check_named, run_cli, validate_doctor_json, write_config
 from tests.conftest import Replica
 from tests.faults.support import CountingServer, RewrittenIncreases, lying_prometheus
+from tests.helpers.client_exporter import ClientExporter
 from tests.helpers.http_servers import free_port
 from tests.helpers.prometheus_server import PrometheusServer
 
@@ -138,9 +139,34 @@ def test_doctor_names_a_misspelled_metric_and_suggests_the_right_one(
     assert status == 1
     bad = check_named(document, "metric vllm:generation_token_total")
     assert bad["status"] == "fail"
-    assert bad["detail"] == "no series for vllm:generation_token_total"
+    assert bad["detail"] == (
+        "no series for vllm:generation_token_total (nor vllm_generation_token_total, ray_vllm_generation_token_total)"
+    )
     assert "did you mean vllm:generation_tokens_total" in bad["fix"]
     assert check_named(document, "metric vllm:num_requests_running")["status"] == "pass"
+
+
+def test_doctor_names_the_form_the_store_holds_a_family_under(tmp_path: Path) -> None:
+    """Prometheus 2.42 scraping a prometheus_client exporter stores vLLM's colons escaped: doctor finds the family
+    there, says so, and its step reads it under the configured key."""
+    metrics = [
+        {"name": "vllm:generation_tokens_total", "type": "counter"},
+        {"name": "vllm:time_to_first_token_seconds", "type": "histogram"},
+        {"name": "vllm:num_requests_running", "type": "gauge"},
+    ]
+    with ClientExporter() as exporter, PrometheusServer(tmp_path / "prometheus", [exporter.hostport]) as prom:
+        exporter.complete(10.0, 0.02)
+        exporter.set_running(1.0)
+        prom.wait_for_samples("vllm_generation_tokens_total", count=2)
+        status, document = doctor_json(tmp_path, promql_config(prom, metrics))
+    for metric in metrics:
+        check = check_named(document, f"metric {metric['name']}")
+        assert check["status"] == "pass", check
+        stored = metric["name"].replace(":", "_")
+        assert f"stored as {stored}" in check["detail"], check
+        if metric["type"] != "histogram":  # a histogram without observations in the step records no value
+            assert f"a step records rollout/{metric['name'].replace(':', '/')}" in check["detail"], check
+    assert status == 0, document
 
 
 def test_doctor_fails_on_a_deprecated_vllm_name_with_its_replacement(

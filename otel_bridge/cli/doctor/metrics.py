@@ -23,7 +23,7 @@ from otel_bridge.cli.doctor.context import DoctorContext
 from otel_bridge.config import AUTO, BridgeConfig, MetricConfig
 from otel_bridge.errors import ConfigError, DiscoveryError, OtelBridgeError, PrometheusError, ScrapeError
 from otel_bridge.producers import MetricQuery
-from otel_bridge.producers.promql import check_names
+from otel_bridge.producers.promql import check_names, find_forms
 from otel_bridge.prometheus import ExpositionFamily, PrometheusClient
 
 _STEP_MAX_S = 30.0  # the longest step doctor reads (Prometheus' scrape interval, when shorter)
@@ -227,7 +227,13 @@ def _metrics_from_prometheus(
         context.add("metrics", "fail", f"cannot read Prometheus' metadata: {exc}", "see the prometheus check")
         return
     lookback = promql.duration(2 * config.prometheus.scrape_interval_s)
-    for query in queries:
+    try:
+        limit = context.store.max_query_bytes if context.store is not None else None
+        stored_queries = find_forms(client, queries, max_query_bytes=limit)
+    except PrometheusError as exc:
+        context.add("metrics", "fail", f"cannot ask Prometheus which names it holds: {exc}", "see the prometheus check")
+        return
+    for query in stored_queries:
         name = f"metric {query.key_name}"
         if context.store is not None:
             try:
@@ -244,11 +250,13 @@ def _metrics_from_prometheus(
                 continue
             missing: list[str] = []
             labels: list[dict[str, str]] = []
-            for alternatives in _sample_names(query):
+            for served in _sample_names(query):
+                alternatives = tuple(stored for n in served for stored in query.stored(n))
                 selector = _selector(alternatives, dict(query.matchers), utf8=query.utf8)
                 result = client.query(f"last_over_time({selector}[{lookback}])")
                 if not result.series:
-                    missing.append(" or ".join(alternatives))
+                    others = [n for n in alternatives if n not in served]
+                    missing.append(" or ".join(served) + (f" (nor {', '.join(others)})" if others else ""))
                 labels.extend(dict(s.labels) for s in result.series)
         except PrometheusError as exc:
             context.add(name, "fail", str(exc), "fix the expression or check Prometheus")
@@ -256,7 +264,16 @@ def _metrics_from_prometheus(
         if missing:
             _series_check(context, name, [], " and ".join(missing), known)
         else:
-            _series_check(context, name, labels, query.name or "", known, _recorded(step, query))
+            _series_check(context, name, labels, query.name or "", known, _recorded(step, query), stored=_stored(query))
+
+
+def _stored(query: MetricQuery) -> str | None:
+    """What the check says of the names the store holds the family under, when not (only) as configured."""
+    if query.forms == ("served",):
+        return None
+    names = query.ratio if query.ratio is not None else (query.name or "",)
+    stored = " and ".join(n for name in names for n in query.stored(name))
+    return f"stored as {stored}" if len(query.forms) == 1 else f"stored under {len(query.forms)} names: {stored}"
 
 
 def _sample_names(query: MetricQuery) -> list[tuple[str, ...]]:
@@ -279,12 +296,15 @@ def _series_check(
     known: Iterable[str],
     recorded: tuple[float, list[str], bool] | None = None,
     found: str | None = None,
+    stored: str | None = None,
 ) -> None:
-    """Pass when the metric has series (``found`` says where, default: how many and from which instances) and
-    (``recorded``: the step read as a run reads it) a step recorded it."""
+    """Pass when the metric has series (``found`` says where, default: how many and from which instances; ``stored``
+    under which names, when not as configured) and (``recorded``: the step read as a run reads it) a step recorded
+    it."""
     if labels:
         instances = sorted({series.get("instance", "") for series in labels} - {""})
         found = found or f"{len(labels)} series" + (f"; instance: {', '.join(instances)}" if instances else "")
+        found += f"; {stored}" if stored else ""
         if recorded is None:
             context.add(name, "pass", found)
             return
@@ -304,7 +324,7 @@ def _series_check(
             "shows what a step reads",
         )
         return
-    first = what.split(" and ")[0].split(" or ")[0]
+    first = what.split(" and ")[0].split(" or ")[0].split(" (nor ")[0]
     for suffix in ("_count", "_bucket", "_sum"):
         first = first.removesuffix(suffix)
     close = difflib.get_close_matches(first, list(known), n=1, cutoff=0.6)

@@ -39,6 +39,7 @@ from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.partials import WindowPartial, merge_window, window_partial
 from otel_bridge.producers.scrape._internal.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
+from otel_bridge.producers.scrape._internal.page_names import as_configured, page_forms
 from otel_bridge.producers.scrape._internal.readings import (
     Families,
     RawKey,
@@ -116,7 +117,8 @@ class ScrapeProducer:
         self._discovered = discovered
         self._max_series = max_series
         self._queries = list(queries)
-        self._wanted = frozenset(self._wanted_names())
+        self._forms = page_forms(self._wanted_names())  # a family served under another form is read too
+        self._wanted = frozenset(self._forms)
         self._sample_interval_s = sample_interval_s
         self._produce_timeout_s = produce_timeout_s
         self._health = health or Health()
@@ -330,7 +332,7 @@ class ScrapeProducer:
 
     def _parse(self, target: _Target, text: str) -> Families | None:
         try:
-            return parse_exposition(text, self._wanted, max_samples=self._max_series)
+            return as_configured(parse_exposition(text, self._wanted, max_samples=self._max_series), self._forms)
         except SampleLimitError as exc:
             self._warn_failed(
                 target,

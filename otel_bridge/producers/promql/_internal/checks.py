@@ -14,6 +14,7 @@ from otel_bridge.producers.promql._internal.rules import counting
 from otel_bridge.producers.promql._internal.store import Store
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.client import PrometheusClient
+from otel_bridge.prometheus_names import stored_name
 from otel_bridge.window import MetricKind, StepWindow
 
 _QUERY_PARAMETER = 'invalid parameter "query": '
@@ -46,8 +47,12 @@ def resolve_kind(query: MetricQuery, metadata: dict[str, list[dict[str, str]]]) 
     if not query.needs_kind:
         return query
     assert query.name is not None
-    base = query.name
-    entries = metadata.get(base) or (metadata.get(base[: -len("_total")]) if base.endswith("_total") else None)
+    entries = None
+    for form in query.candidate_forms:  # a family the store holds under another form has its metadata there
+        base = stored_name(query.name, form)
+        entries = metadata.get(base) or (metadata.get(base[: -len("_total")]) if base.endswith("_total") else None)
+        if entries:
+            break
     kinds = {e.get("type") for e in entries or []}
     kind = next(iter(kinds)) if len(kinds) == 1 else None
     if kind in ("counter", "gauge", "histogram"):

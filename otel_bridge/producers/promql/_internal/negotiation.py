@@ -39,6 +39,7 @@ from otel_bridge.producers.promql._internal.sources.samples import SamplesSource
 from otel_bridge.producers.promql._internal.store import Store, detect_store
 from otel_bridge.producers.promql._internal.store_clock import REMEASURE_S, StoreClock
 from otel_bridge.producers.promql._internal.store_reader import StoreReader
+from otel_bridge.producers.promql._internal.stored_names import find_forms
 from otel_bridge.producers.promql._internal.targets import (
     ServingTargets,
     schedule_of,
@@ -111,7 +112,6 @@ def negotiate(
     if any(q.needs_kind for q in resolved):
         metadata = client.metadata()
         resolved = [resolve_kind(q, metadata) for q in resolved]
-    resolved = with_histogram_storage(client, resolved)
     pad_s = 2.0 * interval_s
     now = time.time()  # a check needs no exact time: the store's clock is measured once the queries are known good
     counting = [i for i, q in enumerate(resolved) if counts(q)]
@@ -124,6 +124,10 @@ def negotiate(
         counters=counters_for(store),
         store=store,
     )
+    # After the checks: what the store rejects is the config's, by entry.
+    resolved = find_forms(client, resolved, max_query_bytes=store.max_query_bytes)
+    # Under the forms found: a histogram escaped to vllm_x may be stored natively as vllm_x.
+    resolved = with_histogram_storage(client, resolved, max_query_bytes=store.max_query_bytes)
     clock = StoreClock(client, max_offset_s=max_clock_offset_s, unreadable=store.clock)
     if store.clock is not None:
         _log.info(
@@ -141,8 +145,8 @@ def negotiate(
             exc,
             REMEASURE_S,
         )
-    primary = sorted({n for i in counting for n in primary_names(resolved[i])})
-    gauges = sorted({q.name for q in resolved if q.kind == "gauge" and q.name and q.ratio is None})
+    primary = sorted({s for i in counting for n in primary_names(resolved[i]) for s in resolved[i].stored(n)})
+    gauges = sorted({s for q in resolved if q.kind == "gauge" and q.name and q.ratio is None for s in q.stored(q.name)})
     # The scrape interval matters to gauges too (a short step may hold no sample of them).
     found = serving_targets(client, primary, *([[*primary, *gauges]] if gauges else []))
     setup = Setup(store, tuple(resolved), schedule_of(found[-1], interval_s), clock)
@@ -218,7 +222,11 @@ def _boundary_scrapes(
     scraped: list[int] = []
     if reason is None:  # only series from the targets can be scraped: remote-written ones are read as samples
         served = served_names(client, setup.primary_names, targets)
-        scraped = [i for i in counting if served & set(primary_names(setup.queries[i]))]
+        scraped = [
+            i
+            for i in counting
+            if served & {s for n in primary_names(setup.queries[i]) for s in setup.queries[i].stored(n)}
+        ]
         if not scraped:
             reason = "no target Prometheus scrapes serves the configured counters and histograms"
     if reason is None:

@@ -34,12 +34,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from otel_bridge.errors import PrometheusResponseError, QueryTooLongError
 from otel_bridge.producers.metric_set import ROLE_LABEL, MetricQuery
-from otel_bridge.producers.statistics import Group, Increases, StatPoint, group_of, native_increases
+from otel_bridge.producers.statistics import Group, Increases, RawSeries, StatPoint, group_of, native_increases
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.window import IDLE_STAT, StepWindow
@@ -149,19 +149,23 @@ def stored_names(query: MetricQuery) -> tuple[str, ...]:
 def native_only(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> Callable[[str], str]:
     """``per_series``; for the native series of a histogram the store holds both ways, only those without a classic
     ``_count`` series of the same labels (Prometheus' ``always_scrape_classic_histograms`` stores both of one
-    histogram: it is read once, as classic)."""
+    histogram: it is read once, as classic). Under each stored form (:attr:`MetricQuery.forms`) against the
+    ``_count`` of the same form: the selector :func:`roled` gives is one form's."""
     if name != query.native_name or query.stored_as != "both":
         return per_series
-    count = query.series_names()[-1]
+    pairs = list(zip(query.stored(name), query.stored(query.series_names()[-1]), strict=True))
 
     def only(sel: str) -> str:
-        quoted = "{" + promql.quote_label_value(name)
-        classic = (
-            count + sel[len(name) :]
-            if sel.startswith(name)
-            else "{" + promql.quote_label_value(count) + sel[len(quoted) :]
-        )
-        return f"({per_series(sel)} unless {per_series(classic)})"
+        for native, count in pairs:
+            quoted = "{" + promql.quote_label_value(native)
+            if sel == native or sel.startswith(native + "{"):
+                classic = count + sel[len(native) :]
+            elif sel.startswith(quoted):
+                classic = "{" + promql.quote_label_value(count) + sel[len(quoted) :]
+            else:
+                continue
+            return f"({per_series(sel)} unless {per_series(classic)})"
+        raise AssertionError(f"{sel!r} is not a selector of {name} under {query.forms}")
 
     return only
 
@@ -254,13 +258,7 @@ class WindowPlan:
                 size_bytes=size,
                 limit_bytes=max_bytes,
             )
-        groups: list[list[str]] = []
-        for expr in self._exprs:
-            if groups and len(promql.union([*groups[-1], expr]).encode()) <= max_bytes:
-                groups[-1].append(expr)
-            else:
-                groups.append([expr])
-        return [promql.union(group) for group in groups]
+        return promql.packed_unions(self._exprs, max_bytes)
 
     def add(self, tag: str, part: Part, expr: str) -> None:
         """Add ``expr`` to the union, its answer tagged ``tag`` and read as ``part``."""
@@ -376,7 +374,14 @@ class WindowPlan:
         window = self.window
         if not targets or window.start is None:
             return None
-        names = sorted({name for i in self.increase_queries for name in self.queries[i].read_names()})
+        names = sorted(
+            {
+                stored
+                for i in self.increase_queries
+                for n in self.queries[i].read_names()
+                for stored in self.queries[i].stored(n)
+            }
+        )
         names.extend(self.reread_names)
         instances = sorted({instance for _, instance in targets})
         low = window.start - max(self.pad_s, REREAD_LOOKBACK_S)
@@ -387,6 +392,24 @@ class WindowPlan:
             f"__name__=~{promql.regex_alternation(names, utf8=True)}, instance=~{promql.value_alternation(instances)}"
         )
         return f"{{{matchers}}}[{span}]"
+
+
+def as_served(queries: Sequence[MetricQuery], raw: Sequence[RawSeries]) -> list[RawSeries]:
+    """``raw`` with every series named as served (a stored form's name replaced by the query's own:
+    :meth:`MetricQuery.served_name`, a native histogram's parts included), and a server's series under two forms
+    merged into one, its samples in time order: a counter that changed names mid-run continues, counted once."""
+    served = {stored: name for q in queries for name in q.read_names() for stored in q.stored(name)}
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], RawSeries] = {}
+    for series in raw:
+        name = served.get(series.name, series.name)
+        key = (name, tuple(sorted(series.labels.items())))
+        known = merged.get(key)
+        if known is None:
+            merged[key] = replace(series, name=name)
+        else:
+            samples = sorted([*known.samples, *series.samples])
+            merged[key] = RawSeries(name, series.labels, samples, native=known.native or series.native)
+    return list(merged.values())
 
 
 def _over_window(
@@ -423,10 +446,32 @@ def _possible(per_series: Callable[[str], str], sel: str, *, length: str, full_s
     return f"({per_series(sel)}) unless {_out_of_range(sel, length=length, full_scale=full_scale)}"
 
 
-def roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:
+FORM_LABEL = "otel_bridge_form"
+"""The label that keeps a family's stored forms apart while :func:`roled` combines them (aggregated away)."""
+
+AcrossForms = Literal["first", "max"]
+
+
+def roled(query: MetricQuery, name: str, per_series: Callable[[str], str], across: AcrossForms = "first") -> str:
     """``per_series`` over the selector of ``name`` (with the query's matchers); when ``query`` groups by role, the
     union over its roles' label sets, each series given the role it serves (``label_replace``), as
-    :func:`~otel_bridge.producers.statistics.with_roles` labels raw series."""
+    :func:`~otel_bridge.producers.statistics.with_roles` labels raw series.
+
+    A family read under several stored forms (:attr:`MetricQuery.forms`) gets ``per_series`` of each form's selector,
+    so a server whose series is under two names within the range is one series per form, never one selector with two
+    series of the same labels; ``across`` combines a server's values: ``first`` the first form that has one (``or``),
+    ``max`` the largest (a counter's latest); different servers' series stay apart either way. A native histogram's
+    name is combined by ``first`` whatever ``across`` says: PromQL's ``max`` drops histogram samples, so a server
+    whose native series changed names within the range is read under the first form holding it (said at start-up by
+    :mod:`.histogram_storage`, documented in docs/compatibility.md)."""
+    terms = [_roled(query, stored, per_series) for stored in query.stored(name)]
+    if len(terms) == 1 or across == "first" or name == query.native_name:
+        return promql.union(terms) if len(terms) > 1 else terms[0]
+    kept = [f'label_replace({term}, "{FORM_LABEL}", "{i}", "", "")' for i, term in enumerate(terms)]
+    return f"{across} without ({FORM_LABEL}) ({promql.union(kept)})"
+
+
+def _roled(query: MetricQuery, name: str, per_series: Callable[[str], str]) -> str:
     matchers = dict(query.matchers)
     if not query.roles:
         return per_series(promql.selector(name, matchers, utf8=query.utf8))

@@ -76,7 +76,10 @@ def counting(query: MetricQuery) -> bool:
 
 
 def _selector(name: str, query: MetricQuery) -> str:
-    return promql.selector(name, dict(query.matchers), utf8=query.utf8)
+    """The selector of ``name`` as the store holds it (:attr:`MetricQuery.forms`): rules written for the served name
+    do not serve a family the store holds under another, so they are not used for it."""
+    stored = query.stored(name)
+    return " or ".join(promql.selector(s, dict(query.matchers), utf8=query.utf8) for s in stored)
 
 
 def _record_part(name: str) -> str:

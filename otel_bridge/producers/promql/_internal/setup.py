@@ -31,8 +31,11 @@ class Setup:
 
     @property
     def primary_names(self) -> list[str]:
-        """The sample names whose resets or late appearance mark a target for re-reading, of every counting query."""
-        return sorted({n for i in self.counting for n in primary_names(self.queries[i])})
+        """The sample names whose resets or late appearance mark a target for re-reading, of every counting query (as
+        the store holds them: every form of :attr:`MetricQuery.forms`)."""
+        return sorted(
+            {s for i in self.counting for n in primary_names(self.queries[i]) for s in self.queries[i].stored(n)}
+        )
 
     @property
     def pad_s(self) -> float:

@@ -34,6 +34,7 @@ from otel_bridge.producers.promql._internal.plan import (
     Target,
     WindowAnswer,
     WindowPlan,
+    as_served,
 )
 from otel_bridge.producers.promql._internal.setup import Setup
 from otel_bridge.producers.promql._internal.targets import ServingTargets
@@ -165,7 +166,8 @@ class StoreReader:
         window the sample that closes it; at most two of ``prometheus.scrape_interval_s`` after the end. Returns when
         that was (``None`` when the targets' schedule says it instead)."""
         setup = self.setup
-        names = sorted({*setup.primary_names, *(q.name for q in self.queries if q.kind == "gauge" and q.name)})
+        gauges = {n for q in self.queries if q.kind == "gauge" and q.name for n in q.stored(q.name)}
+        names = sorted({*setup.primary_names, *gauges})
         utf8 = {n for q in self.queries for n in q.utf8_names}
         interval_s = setup.schedule.interval_s
         if setup.schedule.targets_known or not names or window.start is None:
@@ -226,7 +228,7 @@ class StoreReader:
         expression = plan.reread_expression(targets)
         if expression is not None:
             result = self.client.query(expression, time=plan.reread_until, native_histograms=True)
-            reconcile(plan, answer, raw_series(result))
+            reconcile(plan, answer, as_served(plan.queries, raw_series(result)))
 
     def _report_warnings(self, window: StepWindow, results: Sequence[QueryResult]) -> None:
         """An answer with warnings may be partial (Thanos' partial responses, a querier missing a store): the step's
@@ -298,7 +300,7 @@ class StoreReader:
             return
         indices = [self.queries.index(query) for query in missing]
         try:
-            found = with_histogram_storage(self.client, missing)
+            found = with_histogram_storage(self.client, missing, max_query_bytes=self.setup.store.max_query_bytes)
         except PrometheusError as exc:
             self._health.count(QUERY_ERRORS)
             self.warn.warning("histogram-storage", "asking how the store holds %s failed: %s", missing[0].key_name, exc)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from otel_bridge.errors import PrometheusError
 from otel_bridge.health import INCREASE_DISAGREEMENTS, QUERY_ERRORS, Health
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql._internal.plan import WindowAnswer, WindowPlan
+from otel_bridge.producers.promql._internal.plan import WindowAnswer, WindowPlan, as_served
 from otel_bridge.producers.promql._internal.sources.samples import boundary_sums, reconcile
 from otel_bridge.producers.promql._internal.store import Store
 from otel_bridge.producers.promql._internal.store_reader import StoreReader, raw_series
@@ -168,5 +168,6 @@ def ask(client: PrometheusClient, store: Store, plan: WindowPlan) -> WindowAnswe
     answer = plan.read(QueryResult("vector", tuple(series for result in results for series in result.series), ()))
     expression = plan.reread_expression({t for targets in answer.reread.values() for t in targets})
     if expression is not None:
-        reconcile(plan, answer, raw_series(client.query(expression, time=plan.reread_until, native_histograms=True)))
+        result = client.query(expression, time=plan.reread_until, native_histograms=True)
+        reconcile(plan, answer, as_served(plan.queries, raw_series(result)))
     return answer

@@ -96,12 +96,19 @@ def counters_for(store: Store | None) -> CounterParts:
 
 def exact_increases(plan: WindowPlan, indices: Sequence[int] | None = None, *, exact: ExactIncrease) -> None:
     """Write the exact increase parts of the counting queries ``indices`` (default: all of the plan's) into ``plan``;
-    for the run's last window, the boundary sums."""
+    for the run's last window, the boundary sums. A family the store holds under several names is read by the boundary
+    sums too: the store's increase of each name would count a server whose name changed and changed back from the
+    older name's last value, counting it twice; the boundary sums read such a server as one series."""
+    chosen = plan.increase_queries if indices is None else list(indices)
     if plan.window.final:
-        boundary_sums(plan, indices)
+        boundary_sums(plan, chosen)
         return
-    for index in plan.increase_queries if indices is None else indices:
-        _exact_increase(plan, index, plan.queries[index], exact)
+    several = [i for i in chosen if len(plan.queries[i].forms) > 1]
+    if several:
+        boundary_sums(plan, several)
+    for index in chosen:
+        if index not in several:
+            _exact_increase(plan, index, plan.queries[index], exact)
 
 
 def _exact_increase(plan: WindowPlan, index: int, query: MetricQuery, exact: ExactIncrease) -> None:

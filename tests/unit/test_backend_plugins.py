@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.jsonl import JsonlBackend
@@ -176,6 +177,17 @@ def test_unknown_kind_lists_built_in_and_installed_plugin_kinds(make_dist: MakeD
     assert "installed plugin trackers: fine, mytracker (" in message
     assert ENTRY_POINT_GROUP in message
     assert EXAMPLE_MODULE not in sys.modules, "listing plugins imports none of them"
+
+
+def test_a_plugin_installed_after_a_lookup_is_found_by_the_next(make_dist: MakeDist, tmp_path: Path) -> None:
+    """The installed plugins are kept between lookups (reading every distribution's metadata is slow in a large
+    environment), and a distribution installed meanwhile, into a directory already on ``sys.path``, is still found."""
+    make_dist("fine-plugin", {"fine": f"{TEST_MODULE}:Fine"})
+    assert set(plugin_entry_points()) == {"fine"}
+    assert BridgeConfig.from_dict({"trackers": [{"type": "fine"}]}).trackers[0].type == "fine"
+    make_dist("otel-bridge-mytracker", example_entry_points())
+    assert set(plugin_entry_points()) == {"fine", "mytracker"}
+    assert BridgeConfig.from_dict({"trackers": [{"type": "mytracker"}]}).trackers[0].type == "mytracker"
 
 
 def test_unknown_kind_without_plugins_says_none(tmp_path: Path) -> None:

@@ -15,7 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from otel_bridge.config.trackers import BUILTIN_TRACKERS, ENTRY_POINT_GROUP, unknown_tracker_message
+from otel_bridge.config.trackers import (
+    BUILTIN_TRACKERS,
+    ENTRY_POINT_GROUP,
+    declared_entry_points,
+    unknown_tracker_message,
+)
 from otel_bridge.errors import BackendError, ConfigError
 from otel_bridge.exporters.backends.base import Backend
 
@@ -63,7 +68,7 @@ def plugin_entry_points() -> dict[str, list[importlib.metadata.EntryPoint]]:
     """Installed plugin kinds (entry points of :data:`ENTRY_POINT_GROUP`), each with every entry point that
     declares it. Nothing is imported."""
     found: dict[str, list[importlib.metadata.EntryPoint]] = {}
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in declared_entry_points():
         declared = found.setdefault(entry_point.name, [])
         if all(other.value != entry_point.value for other in declared):
             declared.append(entry_point)

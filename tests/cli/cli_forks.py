@@ -1,4 +1,5 @@
-"""A server that runs ``python -m otel_bridge.cli`` in processes forked from one interpreter that imported it once.
+"""A server that runs ``python -m otel_bridge.cli`` (or a ``python -c`` script) in processes forked from one interpreter
+that imported what they need once.
 
 Starting Python and importing the command line (and matplotlib for ``plot``) cost each ``run_cli`` about a second of
 CPU, a hundred times in the quick tier. This server, started once per test process with the environment of a CLI
@@ -12,8 +13,11 @@ time (the imports only define), so a child sees what a new process would; :func:
 real process instead when the request's environment differs in what an interpreter reads at start-up
 (:data:`STARTUP_PREFIXES`).
 
-Protocol, one JSON line each way on stdin/stdout: ``{"args", "cwd", "env", "stdout", "stderr"}`` is answered by
+Protocol, one JSON line each way on stdin/stdout: ``{"args", "cwd", "env", "stdout", "stderr"}`` (and ``"code"``: run
+``python -c CODE ARGS`` instead, ``sys.argv[0]`` ``-c`` and ``sys.path[0]`` empty, as Python sets them) is answered by
 ``{"pid"}`` when the child runs and ``{"status"}`` (``os.waitpid``'s, as ``Popen.returncode`` reads it) when it ended.
+The modules imported before the first fork are :data:`PRELOADED`, or those named on the server's command line
+(``python -m tests.cli.cli_forks MODULE...``: a server for scripts that import heavy trackers).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import runpy
 import sys
 import threading
 import traceback
+import types
+from collections.abc import Sequence
 from typing import Any
 
 #: Environment variables read while Python, or a module this server imports, starts: a request whose environment
@@ -84,11 +90,17 @@ def _child(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()
-    sys.argv = ["-m", *request["args"]]
+    code: str | None = request.get("code")
+    sys.path[0] = os.getcwd() if code is None else ""
+    sys.argv = ["-m" if code is None else "-c", *request["args"]]
     exc: BaseException | None = None
     try:
-        runpy.run_module("otel_bridge.cli", run_name="__main__", alter_sys=True)
+        if code is None:
+            runpy.run_module("otel_bridge.cli", run_name="__main__", alter_sys=True)
+        else:
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(code, "<string>", "exec"), main.__dict__)  # what python -c does
     except BaseException as raised:  # noqa: BLE001 - every way the main module ends decides the exit status
         exc = raised
     status = _exit_status(exc)
@@ -101,9 +113,9 @@ def _child(request: dict[str, Any]) -> None:
         os._exit(status)
 
 
-def serve() -> None:
-    """Answer requests on stdin until it closes; one child at a time."""
-    for name in PRELOADED:
+def serve(preload: Sequence[str] = PRELOADED) -> None:
+    """Import ``preload``, then answer requests on stdin until it closes; one child at a time."""
+    for name in preload:
         __import__(name)
     channel_in, channel_out = sys.stdin, sys.stdout
     for line in channel_in:
@@ -125,4 +137,4 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(sys.argv[1:] or PRELOADED)

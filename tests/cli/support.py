@@ -46,15 +46,16 @@ def stop_process(process: subprocess.Popen[bytes]) -> int:
 
 
 class _CliForks:
-    """This test process's :mod:`tests.cli.cli_forks` server: started at the first :func:`run_cli`, ended (by its PID)
-    when the process exits."""
+    """A :mod:`tests.cli.cli_forks` server of this test process, having imported ``preload`` (its default: the CLI's):
+    started at the first :func:`run_cli` (or :func:`run_python` with that ``preload``), ended (by its PID) when the
+    process exits."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         self.env = cli_env()
         self._lock = threading.Lock()
         self._pending = b""
         self._server = subprocess.Popen(
-            [sys.executable, "-m", "tests.cli.cli_forks"],
+            [sys.executable, "-m", "tests.cli.cli_forks", *preload],
             cwd=REPO,
             env=self.env,
             stdin=subprocess.PIPE,
@@ -73,13 +74,21 @@ class _CliForks:
         return self._server.poll() is None and startup(env) == startup(self.env)
 
     def run(
-        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
+        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float, code: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "otel_bridge.cli", *args]
+        command = [sys.executable, *(["-m", "otel_bridge.cli"] if code is None else ["-c", code]), *args]
         deadline = time.monotonic() + timeout
         with self._lock, tempfile.TemporaryDirectory(prefix="otel-bridge-cli-") as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err)}
+            request: dict[str, Any] = {
+                "args": list(args),
+                "cwd": str(cwd),
+                "env": dict(env),
+                "stdout": str(out),
+                "stderr": str(err),
+            }
+            if code is not None:
+                request["code"] = code
             assert self._server.stdin is not None
             self._server.stdin.write(json.dumps(request).encode() + b"\n")
             pid = self._answer(None)["pid"]
@@ -117,7 +126,14 @@ def _text(path: Path) -> str:
     return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
-_forks: _CliForks | None = None
+_forks: dict[tuple[str, ...], _CliForks] = {}
+
+
+def _server(preload: Sequence[str]) -> _CliForks:
+    key = tuple(preload)
+    if key not in _forks:
+        _forks[key] = _CliForks(preload)
+    return _forks[key]
 
 
 def run_cli(
@@ -133,15 +149,46 @@ def run_cli(
     The command runs in a process forked from a server that imported the CLI once (:mod:`tests.cli.cli_forks`: a
     second of CPU less a call), unless ``fresh`` (a test of the interpreter's start-up) or ``env`` changes what an
     interpreter reads at start-up (``PYTHONPATH``, the locale): then in a new ``python`` process."""
-    global _forks
+    return _run_python(None, args, cwd=cwd, env=env, preload=(), timeout=timeout, fresh=fresh)
+
+
+def run_python(
+    code: str,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    preload: Sequence[str],
+    timeout: float = 600.0,
+    fresh: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE ARGS`` in ``cwd`` (the environment :func:`cli_env`'s), run as :func:`run_cli` runs the CLI: in a
+    process forked from a server that imported ``preload`` once (the trackers a script writes to and reads back cost
+    several seconds of imports a process), or in a new ``python`` process when ``env`` changes what an interpreter
+    reads at start-up, or ``fresh``. A module in ``preload`` must not read the environment when imported (each script's
+    environment is its own)."""
+    return _run_python(code, args, cwd=cwd, env=env, preload=preload, timeout=timeout, fresh=fresh)
+
+
+def _run_python(
+    code: str | None,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    preload: Sequence[str],
+    timeout: float,
+    fresh: bool,
+) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE ARGS`` (``code`` ``None``: ``python -m otel_bridge.cli ARGS``), forked or new (see
+    :func:`run_python`)."""
     environment = cli_env(env)
     if not fresh:
-        if _forks is None:
-            _forks = _CliForks()
-        if _forks.serves(environment):
-            return _forks.run(args, cwd=cwd, env=environment, timeout=timeout)
+        forks = _server(preload)
+        if forks.serves(environment):
+            return forks.run(args, cwd=cwd, env=environment, timeout=timeout, code=code)
     return subprocess.run(
-        [sys.executable, "-m", "otel_bridge.cli", *args],
+        [sys.executable, *(["-m", "otel_bridge.cli"] if code is None else ["-c", code]), *args],
         cwd=cwd,
         env=environment,
         capture_output=True,

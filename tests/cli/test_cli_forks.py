@@ -1,5 +1,6 @@
 """``run_cli``'s forked command line (:mod:`tests.cli.cli_forks`) answers as a new ``python -m otel_bridge.cli``
-process does: output, exit status, the environment and directory it reads its configuration from."""
+process does: output, exit status, the environment and directory it reads its configuration from; ``run_python``'s
+forked script as a new ``python -c`` process does."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import run_cli, write_config
+from tests.cli.support import run_cli, run_python, write_config
 
 CASES = {
     "version": (["--version"], {}),
@@ -33,3 +34,29 @@ def test_a_forked_command_answers_as_a_new_process(tmp_path: Path, case: str) ->
             (done.returncode, done.stdout.replace(str(cwd), "CWD"), done.stderr.replace(str(cwd), "CWD"), files)
         )
     assert answers[1] == answers[0]
+
+
+SCRIPT = """
+import json, os, sys, threading
+open("written", "w").write("x")
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.path.basename(os.getcwd()),
+                  "env": os.environ.get("SCRIPT_ENV"), "name": __name__, "main": sys.modules["__main__"].__name__}))
+threading.Thread(target=lambda: print("a thread joined at exit"), daemon=False).start()
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_forked_script_answers_as_a_new_process(tmp_path: Path, status: int) -> None:
+    answers = []
+    for fresh in (True, False):
+        cwd = tmp_path / ("fresh" if fresh else "forked")
+        cwd.mkdir()
+        done = run_python(
+            SCRIPT, [str(status), "x y"], cwd=cwd, env={"SCRIPT_ENV": "set"}, preload=["json"], fresh=fresh
+        )
+        files = sorted(p.name for p in cwd.iterdir())
+        answers.append((done.returncode, done.stdout.replace(cwd.name, "CWD"), done.stderr, files))
+    assert answers[1] == answers[0]
+    assert answers[0][0] == status

@@ -12,8 +12,6 @@ refused at start-up with what to change.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cli.support import cli_env
+from tests.cli.support import run_python
 
 pytestmark = pytest.mark.integration
 
@@ -74,10 +72,20 @@ READ_BACK = textwrap.dedent(
 )
 
 
-def run_python(code: str, args: list[str], cwd: Path, env: dict[str, str]) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=600
-    )
+#: What the scripts import, once per test process (:func:`tests.cli.support.run_python`): the trackers that read their
+#: environment when used, not when imported. Not trackio: it fixes its directory (TRACKIO_DIR) and Hugging Face Hub's
+#: settings at import, so each script imports it under its own environment.
+TRACKERS = (
+    "otel_bridge.integrations.verl",
+    "wandb",
+    "mlflow.tracking",
+    "tensorboard.backend.event_processing.event_accumulator",
+    "tests.helpers.wandb_reader",
+)
+
+
+def run_script(code: str, args: list[str], cwd: Path, env: dict[str, str]) -> Any:
+    done = run_python(code, args, cwd=cwd, env=env, preload=TRACKERS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -99,14 +107,14 @@ def test_a_rerun_with_the_same_names_gets_its_own_directory_and_tracker_runs(tmp
     if with_file:  # what otel-bridge init writes: run.dir set explicitly
         config = str(tmp_path / "otel-bridge.yaml")
         Path(config).write_text(yaml.safe_dump({"run": {"dir": "runs"}}), encoding="utf-8")
-    first = run_python(SCRIPT, [config, "5"], tmp_path, env)
-    second = run_python(SCRIPT, [config, "2"], tmp_path, env)
+    first = run_script(SCRIPT, [config, "5"], tmp_path, env)
+    second = run_script(SCRIPT, [config, "2"], tmp_path, env)
     assert first["complete"]
     assert second["complete"]
     assert first["run_dir"] == str(tmp_path / "runs" / "proj" / "exp"), "the same place with or without a file"
     assert second["run_dir"] == str(tmp_path / "runs" / "proj" / "exp-2")
 
-    read = run_python(READ_BACK, [env["MLFLOW_TRACKING_URI"], first["run_dir"], second["run_dir"]], tmp_path, env)
+    read = run_script(READ_BACK, [env["MLFLOW_TRACKING_URI"], first["run_dir"], second["run_dir"]], tmp_path, env)
     for kind in ("jsonl", "tensorboard", "wandb"):
         assert read[kind] == {"exp": [0, 1, 2, 3, 4], "exp-2": [0, 1]}, (kind, read[kind])
     for kind in ("mlflow", "trackio"):

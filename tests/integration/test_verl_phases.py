@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,12 +18,17 @@ from tests.conftest import Replica
 
 STEP_LEVEL_PHASE_KEYS = (STEP_SECONDS_KEY, OUTSIDE_PHASES_KEY)  # the step's own seconds, not a phase
 
-profiler = pytest.importorskip("verl.utils.profiler")
 TOKENS = "rollout/vllm/generation_tokens_total/delta"
 
 
+@pytest.fixture
+def profiler() -> ModuleType:
+    """verl's profiler module (imported by the test that uses it, not by every worker collecting this module)."""
+    return pytest.importorskip("verl.utils.profiler")
+
+
 def test_verls_marked_timer_blocks_become_phases_without_changing_the_trainer(
-    tmp_path: Path, replicas: list[Replica]
+    tmp_path: Path, replicas: list[Replica], profiler: ModuleType
 ) -> None:
     ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")  # binds marked_timer at import, as in fit()
     verls_timer = ray_trainer.marked_timer

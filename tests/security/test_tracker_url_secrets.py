@@ -30,11 +30,16 @@ from otel_bridge.exporters.record import StepRecord
 from tests.cli.support import run_cli, stop_process, validate_doctor_json, write_config
 from tests.helpers.http_servers import Response, ScriptedHTTPServer, free_port
 
-pytest.importorskip("mlflow")
 pytestmark = pytest.mark.integration
 
 PASSWORD = "s3cr3t-Pa55word-37"
 QUICK_MLFLOW = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mlflow_installed() -> None:
+    """Every test here needs MLflow: imported when they run, not by every worker collecting this module."""
+    pytest.importorskip("mlflow")
 
 
 @pytest.fixture(scope="module")

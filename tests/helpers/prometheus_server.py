@@ -27,6 +27,7 @@ from typing import Any, Self
 import requests
 import yaml
 
+from tests.helpers import reaper
 from tests.helpers.http_servers import free_port
 from tests.helpers.peers import PROMETHEUS3, peer_binary
 
@@ -104,6 +105,7 @@ class ServerProcess:
             )
         finally:
             log.close()
+        reaper.register(self.process.pid)  # its own session: its group's ID is its PID
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -161,14 +163,18 @@ class ServerProcess:
 
     def stop(self) -> None:
         """Terminate the server by PID (kill after 10 s)."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        self.process.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(timeout=10)
+        finally:
+            reaper.unregister(self.process.pid)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.helpers import reaper
 from tests.helpers.peers import VLLM, peer_binary, peers_root
 from tests.helpers.prometheus_server import ServerProcess
 
@@ -125,10 +126,14 @@ class VLLMServer(ServerProcess):
         """End every process of the server's session: SIGTERM, then SIGKILL after 10 s."""
         self._signal_group(signal.SIGTERM, wait_s=10.0)
         self._signal_group(signal.SIGKILL, wait_s=10.0)
+        if self.process is not None:
+            reaper.unregister(self.process.pid)
 
     def kill(self) -> None:
         """End every process of the server's session at once (SIGKILL), as a crash does; returns once all are gone."""
         self._signal_group(signal.SIGKILL, wait_s=10.0)
+        if self.process is not None:
+            reaper.unregister(self.process.pid)
 
     def _signal_group(self, sig: signal.Signals, wait_s: float) -> None:
         if self.process is None:

@@ -65,16 +65,17 @@ from tests.ray_fixtures import multi_node_cluster
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.sleeps(20, reason="steps are wall-clock windows of live traffic: thirteen steps of 1.5 s"),
+    pytest.mark.sleeps(26, reason="steps are wall-clock windows of live traffic: sixteen steps of 1.5 s"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 6
-STEPS = 13
+STEPS = 16  # seven steps after LEAVE_AFTER: the new agents of two bridges start on the other nodes meanwhile
 STEP_S = 1.5
 KILL_AFTER = 3
 DOWN_AFTER, UP_AFTER = 5, 8  # a replica on another node is down (its port refuses) for three steps, then a new process
-LEAVE_AFTER = 9  # the node of the agent killed after KILL_AFTER leaves the cluster
+LEAVE_AFTER = 9  # the node of the agent killed after KILL_AFTER leaves the cluster (each new agent is a new worker
+# process, and a node without CPUs has none started in advance: several seconds on the loaded machine)
 SCRAPE_ERRORS_PREFIX = "otel_bridge/scrape_errors/instance."
 BAND_S = 0.5  # readings at a boundary reach a replica within this long on the loaded 2-core machine
 TOKENS = "rollout/vllm/generation_tokens_total/delta"

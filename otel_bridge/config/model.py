@@ -68,7 +68,10 @@ BoundaryMode = Literal["auto", "scrape", "samples"]
 RulesMode = Literal["auto", "required", "off"]
 """``prometheus.recording_rules``: whether a step reads otel-bridge's recording rules."""
 ScrapeReaders = Literal["auto", "trainer", "node_agents"]
-"""``scrape.readers``: who reads the scrape targets, the trainer's node or one agent per Ray node."""
+"""``scrape.readers``: who reads the scrape targets (and the PromQL path's boundary readings), the trainer's node or
+one agent per Ray node."""
+Readers = Literal["trainer", "node_agents"]
+"""Who reads, once ``scrape.readers: auto`` is resolved."""
 DEFAULT_MAX_GROUPS = 100
 """``max_groups``' default: the label groups one metric adds to a record at most."""
 
@@ -282,11 +285,17 @@ class PrometheusConfig(_Model):
             "What bounds a step's window for counters and histograms. 'scrape': the bridge scrapes the targets "
             "Prometheus lists at each step boundary itself (exact); 'samples': Prometheus' last sample at or before "
             "each boundary (off by up to one scrape interval, reported as otel_bridge/boundary_lag_s); 'auto': "
-            "scrape when Prometheus lists at most boundary_max_targets such targets and all answer, else samples."
+            "scrape when the targets Prometheus lists all answer and, read by the trainer (scrape.readers), are at "
+            "most boundary_max_targets, else samples."
         ),
     )
     boundary_max_targets: int = Field(
-        64, ge=0, description="With boundary: auto, the most targets the bridge scrapes itself at each boundary."
+        64,
+        ge=0,
+        description=(
+            "With boundary: auto, the most targets the trainer scrapes itself at each boundary (node agents have no "
+            "such limit: scrape.readers)."
+        ),
     )
     recording_rules: RulesMode = Field(
         "auto",
@@ -368,9 +377,10 @@ class ScrapeConfig(_Model):
     readers: ScrapeReaders = Field(
         "auto",
         description=(
-            "Who reads the targets: 'trainer' (the trainer's node, per isolation), 'node_agents' (one Ray actor per "
-            "node reads its own targets; the trainer merges their partial statistics: the same numbers), 'auto': "
-            "node_agents with targets: auto on a Ray cluster of several alive nodes, else trainer."
+            "Who reads the targets, and the PromQL path's boundary readings of Prometheus' targets: 'trainer' (the "
+            "trainer's node, per isolation), 'node_agents' (one Ray actor per node reads its own targets; the "
+            "trainer merges their partial statistics: the same numbers), 'auto': node_agents with targets: auto or "
+            "on the PromQL path, on a Ray cluster of several alive nodes, else trainer."
         ),
     )
 

@@ -1,10 +1,10 @@
 """Everything that asks the running Ray cluster: the only module of otel-bridge that imports ``ray``.
 
 ``ray`` is an optional extra (``pip install './otel-bridge[ray]'``, from the clone), imported lazily by
-:func:`import_ray`. Nothing here
-starts or connects to a cluster: the caller's process must have called ``ray.init()`` already, otherwise the
-functions raise :class:`~otel_bridge.errors.DiscoveryError` saying so. Node selection itself is pure
-(:func:`alive_nodes`, :func:`select_head_node`) so that it can be tested without Ray.
+:func:`import_ray`. Nothing here starts a cluster, and only :func:`join_cluster` connects to one (a process of the
+bridge's own joining the cluster its trainer is connected to, :class:`RayConnection`): otherwise the caller's process
+must have called ``ray.init()`` already, and the functions raise :class:`~otel_bridge.errors.DiscoveryError` saying
+so. Node selection itself is pure (:func:`alive_nodes`, :func:`select_head_node`) so that it can be tested without Ray.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -240,3 +240,65 @@ def alive_node_count() -> int | None:
     if not ray.is_initialized():
         return None
     return len(alive_nodes(list(ray.nodes())))
+
+
+@dataclass(frozen=True, slots=True)
+class RayConnection:
+    """How another process joins the Ray cluster this one is connected to, as a Ray driver of its own: the cluster's
+    GCS address, this process' namespace and runtime environment (so the actors that process starts run in the
+    trainer's environment). Picklable: handed to a child process (:func:`join_cluster`)."""
+
+    gcs_address: str
+    namespace: str
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+
+
+def this_connection() -> RayConnection:
+    """The :class:`RayConnection` of the cluster this process is connected to (:class:`DiscoveryError` if none)."""
+    ray = require_initialized()
+    context = ray.get_runtime_context()
+    return RayConnection(str(context.gcs_address), str(context.namespace), dict(context.runtime_env or {}))
+
+
+class _SigtermNotice(logging.Filter):
+    """Drops Ray's notice that a driver connected from another thread than the main one sets no SIGTERM handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
+def join_cluster(connection: RayConnection) -> ModuleType:
+    """Connect this process to the cluster of ``connection`` as a driver of its own (its actors are owned by this
+    process and end with it); the ``ray`` module. Ray's own log lines at WARNING and above only; its actors' output
+    is not streamed here (their log files on their nodes hold it). This process' default SIGTERM handling stays: a
+    process of the bridge's own ends with its parent, not through Ray's handler. :class:`DiscoveryError` when the
+    cluster cannot be joined (it is gone, or unreachable from here)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    notice = _SigtermNotice()
+    worker_log = logging.getLogger("ray._private.worker")
+    worker_log.addFilter(notice)
+    try:
+        ray.init(
+            address=connection.gcs_address,
+            namespace=connection.namespace,
+            runtime_env=connection.runtime_env or None,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+    except (OSError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+        raise DiscoveryError(
+            f"cannot join the Ray cluster at {connection.gcs_address} (the trainer's): {exc}; "
+            "set scrape.readers: trainer to read the targets from the trainer's process instead"
+        ) from exc
+    finally:
+        worker_log.removeFilter(notice)
+    return ray
+
+
+def leave_cluster() -> None:
+    """Disconnect this process from Ray (:func:`join_cluster`'s counterpart; its actors end)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        ray.shutdown()

@@ -10,11 +10,11 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from otel_bridge.config import AUTO, BridgeConfig
+from otel_bridge.config import AUTO, BridgeConfig, Readers
 from otel_bridge.discovery import RolloutServers, ray_service_discovery_targets, rollout_targets
-from otel_bridge.discovery.ray_cluster import alive_node_count
+from otel_bridge.discovery.ray_cluster import alive_node_count, this_connection
 from otel_bridge.errors import ConfigError
 from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
@@ -53,10 +53,12 @@ def _promql_producer(
     assert prom.url is not None
     client = connect(prom)
     tls = scrape_tls(config) if prom.boundary != "samples" else None  # checked now: a bad scrape.tls fails at start
+    readers = scrape_readers(config) if tls is not None else "trainer"
     options: dict[str, Any] = {
         "scrape_interval_s": prom.scrape_interval_s,
         "boundary": prom.boundary,
         "boundary_max_targets": prom.boundary_max_targets,
+        "boundary_readers": readers,
         "recording_rules": prom.recording_rules,
         "refresh_interval_s": config.scrape.refresh_interval_s,
         "warn_interval_s": config.delivery.warn_interval_s,
@@ -73,11 +75,14 @@ def _promql_producer(
             queries,
             health=health,
             boundary_scrapes=scrapes,
+            boundary_agents=this_connection() if readers == "node_agents" else None,  # the child joins the cluster
             produce_timeout_s=config.delivery.produce_timeout_s,
             **options,
         )
 
     def boundary_scraper(urls: Sequence[str], counting: Sequence[MetricQuery]) -> Scraper:
+        if readers == "node_agents":
+            return NodeAgents(urls, counting, health=health, **_boundary_scrape_options(config, tls))
         return scrape_producer(config, health, urls, counting, discovered=False, tls=tls)
 
     return PromQLProducer(client, queries, boundary_scraper=boundary_scraper, health=health, **options)
@@ -136,12 +141,14 @@ def _boundary_scrape_options(config: BridgeConfig, tls: TLSArguments | None) -> 
     }
 
 
-def scrape_readers(config: BridgeConfig) -> Literal["trainer", "node_agents"]:
-    """Who reads the scrape targets (``scrape.readers``): ``auto`` is the node agents when the targets are discovered
-    (``scrape.targets: auto``) and this process is connected to a Ray cluster of several alive nodes, else the
+def scrape_readers(config: BridgeConfig) -> Readers:
+    """Who reads the scrape targets, or the PromQL path's boundary readings of the targets Prometheus lists
+    (``scrape.readers``): ``auto`` is the node agents when the targets are discovered (``scrape.targets: auto``, or
+    Prometheus' on the PromQL path) and this process is connected to a Ray cluster of several alive nodes, else the
     trainer. ``node_agents`` without Ray initialised here is a :class:`ConfigError`."""
     readers = config.scrape.readers
-    if readers == "trainer" or (readers == "auto" and config.scrape.targets != AUTO):
+    discovered = config.scrape.targets == AUTO or config.resolved_source() == "promql"
+    if readers == "trainer" or (readers == "auto" and not discovered):
         return "trainer"  # and ray is not imported for it
     nodes = alive_node_count()
     if readers == "node_agents":

@@ -86,3 +86,38 @@ def test_forked_children_leave_the_parents_trackers_alone(tmp_path: Path) -> Non
     jsonl = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in jsonl] == list(range(6))
     assert os.path.exists(events)
+
+
+CLOSED_THEN_FORKED = textwrap.dedent(
+    """
+    import os
+    from otel_bridge.config import MetricConfig
+    from otel_bridge.producers.metric_set import resolve_metrics
+    from otel_bridge.producers.scrape import ScrapeProcess
+
+    queries = resolve_metrics([MetricConfig(name="x_total", type="counter")])
+    closed, live = ScrapeProcess([], queries, discovered=True), ScrapeProcess([], queries, discovered=True)
+    closed.start()
+    live.start()
+    closed.close()  # still referenced (a first bridge kept in a variable), its pipes closed
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if live._child._forked else 3)  # the forked copy must not reach the live child
+    _, status = os.waitpid(pid, 0)
+    live.close()
+    print(os.waitstatus_to_exitcode(status), flush=True)
+    """
+)
+
+
+def test_a_fork_after_a_child_was_closed_forsakes_the_live_ones(tmp_path: Path) -> None:
+    """A producer child closed while its object lives on (a first bridge closed, a second one running), then a fork
+    (a data-loader worker): before, the fork's handler failed on the closed one's pipes ("Exception ignored ...
+    I/O operation on closed file", once per fork) and, when it came first, left the live one reachable from the
+    fork."""
+    script = tmp_path / "closed_then_forked.py"
+    script.write_text(CLOSED_THEN_FORKED)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Exception ignored" not in result.stderr, result.stderr
+    assert result.stdout.split()[-1] == "0", "the forked copy still reaches the live child"

@@ -1,23 +1,30 @@
-"""The scrape path read by node agents (``scrape.readers: node_agents``) on a real three-node Ray cluster on this
-machine, against the simulators' truth.
+"""Boundary readings taken by node agents (``scrape.readers``) on a real three-node Ray cluster on this machine, on
+both paths, against the simulators' truth.
 
 Three Ray nodes (``ray.cluster_utils.Cluster``: a head with one CPU and two nodes with none; the agents take none)
 and six simulated vLLM replicas on 127.0.0.1, which the placement spreads over the three nodes (they are one
-machine). Requests finish on every replica across the step boundaries (:class:`tests.helpers.traffic.Traffic`); two
-bridges read the same replicas over the same contiguous steps: one through the node agents, one through the trainer
-(``scrape.readers: trainer``, the reference). After the third step the agent of one node (not the trainer's) is
-killed (``ray.kill``): its replicas are unread (named in every record) until the agent that replaces it reads them;
-after the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes
-(the same machine) read them. After the fifth step a
+machine), scraped by a real Prometheus (Debian's 2.42) every second. Requests finish on every replica across the step
+boundaries (:class:`tests.helpers.traffic.Traffic`); three bridges read the same replicas over the same contiguous
+steps: the scrape path through the node agents (``agents``), the scrape path through the trainer
+(``scrape.readers: trainer``, the reference), and the PromQL path (``promql``) with ``prometheus.boundary: auto`` and
+``boundary_max_targets`` below the six targets Prometheus lists: on Ray, node agents take its boundary readings (owned
+by its child process, which joins the cluster as a driver of its own) and the limit does not apply, so its counters
+are exact as well, while Prometheus still serves its gauge. The same PromQL config without Ray (before the cluster
+starts) bounds its windows by Prometheus' samples, as the limit says. After the third step the scrape path's agent of
+one node (not the trainer's) is killed (``ray.kill``), and so is the PromQL path's agent of that node (its process,
+``SIGKILL``): their replicas are unread (named in every record) until the agents that replace them read them; after
+the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes (the same
+machine) read them. After the fifth step a
 replica of another node goes down (its port refuses connections) for three steps and comes back as a new process
 counting from zero, as a real vLLM restart does.
 
 Checked, per replica (the metric is grouped by ``instance``), with tolerances from the traffic log only:
 
-- every step of every replica the agents read, and every step of the trainer's bridge: the truth of its window,
+- every step of every replica the agents read (either path's), and every step of the trainer's bridge: the truth of
+  its window,
   give or take what completed within the reading band after each boundary (``BAND_S``, or the record's
   ``boundary_lag_s`` when larger);
-- the run's sum: exact for every replica on both bridges, except the killed agent's replicas through the agents:
+- the run's sum: exact for every replica on every bridge, except the killed agents' replicas through the agents:
   what they counted between the dead agent's last reading and the new agent's first one is in no step, so their sum
   is the truth less at most what they completed from the start of the first step naming them unread to the end of
   the last one;
@@ -26,7 +33,8 @@ Checked, per replica (the metric is grouped by ``instance``), with tolerances fr
 - the restarted replica is named unread and its failed scrapes counted (``otel_bridge/scrape_errors``) by both
   bridges, and its run's sum is the truth less what it completed after the bridge's last reading of it before it went
   down (lost to every observer, as in ``tests/integration/test_boundary_truth.py``'s outage case);
-- a second trainer on the same cluster, killed outright, leaves no agent running.
+- a second trainer on the same cluster (both paths), killed outright, leaves no agent running: neither its own nor
+  its PromQL child's.
 
 The run happens in a child process (:func:`run`), whose Ray is its own: the suite's session cluster
 (``tests/ray_fixtures.py``) may be initialised in the test process already, and one process holds one Ray. The child
@@ -52,27 +60,54 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.prometheus_server import PrometheusServer
 from tests.ray_fixtures import multi_node_cluster
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.sleeps(20, reason="steps are wall-clock windows of live traffic: thirteen steps of 1.5 s"),
+    pytest.mark.sleeps(26, reason="steps are wall-clock windows of live traffic: sixteen steps of 1.5 s"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 6
-STEPS = 13
+STEPS = 16  # seven steps after LEAVE_AFTER: the new agents of two bridges start on the other nodes meanwhile
 STEP_S = 1.5
 KILL_AFTER = 3
 DOWN_AFTER, UP_AFTER = 5, 8  # a replica on another node is down (its port refuses) for three steps, then a new process
-LEAVE_AFTER = 9  # the node of the agent killed after KILL_AFTER leaves the cluster
+LEAVE_AFTER = 9  # the node of the agent killed after KILL_AFTER leaves the cluster (each new agent is a new worker
+# process, and a node without CPUs has none started in advance: several seconds on the loaded machine)
 SCRAPE_ERRORS_PREFIX = "otel_bridge/scrape_errors/instance."
 BAND_S = 0.5  # readings at a boundary reach a replica within this long on the loaded 2-core machine
 TOKENS = "rollout/vllm/generation_tokens_total/delta"
 LAG_KEY = "otel_bridge/boundary_lag_s"
 UNREAD_PREFIX = "otel_bridge/unread_s/instance."  # then host_port
 METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"], "by": ["instance"]}]
-RUN_TIMEOUT_S = 240
+GAUGE = {"name": "vllm:num_requests_running", "type": "gauge", "stats": ["max"]}  # the PromQL path's, from Prometheus
+GAUGE_KEY = "rollout/vllm/num_requests_running/max"
+BOUNDARY_MAX_TARGETS = 2  # below the replicas Prometheus lists: one process' reach
+RUN_TIMEOUT_S = 300
+
+
+def promql_config(url: str, name: str, runs: Path) -> dict[str, Any]:
+    """The PromQL path on Prometheus at ``url`` with ``boundary: auto`` and fewer ``boundary_max_targets`` than
+    targets (``scrape.readers`` its default, ``auto``)."""
+    return {
+        "metrics": [*METRICS, GAUGE],
+        "run": {"name": name, "dir": str(runs)},
+        "prometheus": {"url": url, "boundary": "auto", "boundary_max_targets": BOUNDARY_MAX_TARGETS},
+        "scrape": {"sample_interval_s": 0.25},
+    }
+
+
+def node_agents_of_others() -> list[dict[str, Any]]:
+    """The alive node agents another driver than this process owns (Ray's actor table, read from the GCS: a PromQL
+    child's agents, whose handles only that child holds)."""
+    import ray
+    from ray._private import state
+
+    mine = ray.get_runtime_context().get_job_id()
+    actors = state.actors(actor_state_name="ALIVE").values()
+    return [a for a in actors if a["ActorClassName"] == "NodeAgent" and a["JobID"] != mine]
 
 
 def run(out: Path) -> None:
@@ -92,9 +127,14 @@ def run(out: Path) -> None:
     bridges: list[Any] = []
     traffic: Any = None
     try:
-        cluster = stack.enter_context(multi_node_cluster(3, temp))
         replicas = [Replica() for _ in range(REPLICAS)]
         targets = [r.url for r in replicas]
+        prometheus = stack.enter_context(PrometheusServer(temp / "prometheus", [r.hostport for r in replicas]))
+        prometheus.wait_for_samples("vllm:generation_tokens_total", count=1)
+        alone = Bridge.from_config(promql_config(prometheus.url, "without-ray", temp / "runs"))
+        without_ray = alone._producers[0].boundary  # Ray not initialised here yet: the trainer reads, within the limit
+        alone.close()
+        cluster = stack.enter_context(multi_node_cluster(3, temp))
         for name, readers in (("agents", "node_agents"), ("trainer", "trainer")):
             config = {
                 "metrics": METRICS,
@@ -102,7 +142,9 @@ def run(out: Path) -> None:
                 "scrape": {"targets": targets, "sample_interval_s": 0.25, "readers": readers, "isolation": "thread"},
             }
             bridges.append(Bridge.from_config(config))
+        bridges.append(Bridge.from_config(promql_config(prometheus.url, "promql", temp / "runs")))
         agents = bridges[0]._producers[0]
+        promql_boundary = bridges[2]._producers[0].boundary
         before = agents.assignment()
         traffic = Traffic([r.sim for r in replicas], seed=38, start_delay_s=0.3)
         for bridge in bridges:
@@ -123,6 +165,12 @@ def run(out: Path) -> None:
                 node_id, urls = next((n, u) for n, u in sorted(agents.assignment().items()) if n != driver)
                 ray.kill(agents._agents[node_id].handle)
                 killed = {"node": node_id, "targets": urls, "at": time.time()}
+                # The PromQL path's agent of the same node reads the same replicas (the placement is a function of
+                # the targets and the alive nodes): its process dies.
+                of_promql = [a for a in node_agents_of_others() if a["Address"]["NodeID"] == node_id]
+                for actor in of_promql:
+                    os.kill(actor["Pid"], signal.SIGKILL)
+                killed["promql_pids"] = [a["Pid"] for a in of_promql]
                 down = next(i for i, r in enumerate(replicas) if r.url not in urls)  # on another node
             if step == DOWN_AFTER:
                 outage["replica"], outage["down"] = down, traffic.down(down, replicas[down].process.go_down)
@@ -135,6 +183,8 @@ def run(out: Path) -> None:
         for bridge in bridges:
             bridge.close()
         outcome = {
+            "without_ray": without_ray,
+            "promql_boundary": promql_boundary,
             "before": before,
             "after": after,
             "killed": killed,
@@ -147,10 +197,10 @@ def run(out: Path) -> None:
                     for r in (bridge.record(step) for step in range(1, STEPS + 1))
                     if r is not None
                 ]
-                for name, bridge in zip(("agents", "trainer"), bridges, strict=True)
+                for name, bridge in zip(("agents", "trainer", "promql"), bridges, strict=True)
             },
         }
-        outcome["orphans"] = agents_after_their_trainer(cluster.address, targets, temp)
+        outcome["orphans"] = agents_after_their_trainer(cluster.address, targets, prometheus.url, temp)
         out.write_text(json.dumps(outcome), encoding="utf-8")
     finally:
         if traffic is not None:
@@ -163,9 +213,10 @@ def run(out: Path) -> None:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def trainer(address: str, targets: list[str], pids: Path) -> None:
-    """A second trainer (its own process, a Ray driver of the same cluster): node agents for ``targets``, two
-    steps, the agents' process ids into ``pids``; then it waits to be killed."""
+def trainer(address: str, targets: list[str], prometheus: str, pids: Path) -> None:
+    """A second trainer (its own process, a Ray driver of the same cluster): node agents for ``targets`` on the scrape
+    path and the PromQL path's on ``prometheus`` (in its child process), two steps, the scrape path's agents' process
+    ids into ``pids``; then it waits to be killed."""
     import ray
 
     from otel_bridge import Bridge
@@ -176,38 +227,43 @@ def trainer(address: str, targets: list[str], pids: Path) -> None:
         "run": {"name": "killed", "dir": str(pids.parent / "runs")},
         "scrape": {"targets": targets, "sample_interval_s": 0.25, "readers": "node_agents"},
     }
-    bridge = Bridge.from_config(config)
+    bridges = [Bridge.from_config(config), Bridge.from_config(promql_config(prometheus, "killed-promql", pids.parent))]
     for step in range(2):
-        bridge.log({}, step=step)
-    agents = bridge._producers[0]._agents.values()
+        for bridge in bridges:
+            bridge.log({}, step=step)
+    agents = bridges[0]._producers[0]._agents.values()
     found = ray.get([agent.handle.__ray_call__.remote(lambda _self: os.getpid()) for agent in agents])
     pids.write_text(json.dumps(found), encoding="utf-8")
     time.sleep(RUN_TIMEOUT_S)
 
 
-def agents_after_their_trainer(address: str, targets: list[str], temp: Path) -> dict[str, Any]:
+def agents_after_their_trainer(address: str, targets: list[str], prometheus: str, temp: Path) -> dict[str, Any]:
     """Start :func:`trainer`, kill it (SIGKILL, as a node's OOM killer would) once its agents run, and wait for its
-    agents' processes to end (Ray ends the actors a dead driver owned): which remain, and after how long."""
+    agents' processes to end (Ray ends the actors a dead driver owned; its PromQL child dies with it): which remain,
+    and after how long. Its PromQL child's agents are the node agents of the cluster's actor table that were not alive
+    before it started, less its own."""
     pids = temp / "agent-pids.json"
     code = (
         "from pathlib import Path; from tests.integration.test_node_agents import trainer; "
-        f"trainer({address!r}, {targets!r}, Path({str(pids)!r}))"
+        f"trainer({address!r}, {targets!r}, {prometheus!r}, Path({str(pids)!r}))"
     )
+    earlier = {a["ActorID"] for a in node_agents_of_others()}
     owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     try:
         deadline = time.monotonic() + 90
         while not pids.exists() and owner.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         found: list[int] = json.loads(pids.read_text(encoding="utf-8")) if pids.exists() else []
+        promql = [a["Pid"] for a in node_agents_of_others() if a["ActorID"] not in earlier and a["Pid"] not in found]
     finally:
         owner.kill()
         owner.wait()
     killed = time.monotonic()
-    alive = list(found)
+    alive = [*found, *promql]
     while alive and time.monotonic() < killed + 60:
         alive = [pid for pid in alive if _exists(pid)]
         time.sleep(0.2)
-    return {"agents": found, "remaining": alive, "after_s": time.monotonic() - killed}
+    return {"agents": found, "promql_agents": promql, "remaining": alive, "after_s": time.monotonic() - killed}
 
 
 def _exists(pid: int) -> bool:
@@ -285,14 +341,15 @@ def outage(records: list[dict[str, Any]], hostport: str) -> tuple[int, int]:
 
 
 def test_every_step_matches_the_truth(outcome: dict[str, Any]) -> None:
-    """Every step of every replica, but a killed agent's replicas from the step naming them unread to the step
-    that reads them again (what was counted meanwhile is checked by the run's sum)."""
+    """Every step of every replica on every bridge (the PromQL path's counters too, from its agents' boundary
+    readings), but a killed agent's replicas from the step naming them unread to the step that reads them again (what
+    was counted meanwhile is checked by the run's sum)."""
     killed = killed_of(outcome)
     errors = []
     for name, records in outcome["records"].items():
         assert [r["step"] for r in records] == list(range(1, STEPS + 1)), f"{name}: records missing"
         for replica, hostport in enumerate(outcome["hostports"]):
-            skipped = outage(records, hostport) if name == "agents" and hostport in killed else (0, -1)
+            skipped = outage(records, hostport) if name != "trainer" and hostport in killed else (0, -1)
             for record in records:
                 if skipped[0] <= record["step"] <= skipped[1] or unread_key(hostport) in record["values"]:
                     continue
@@ -343,9 +400,11 @@ def test_a_leaving_nodes_targets_move_to_the_other_nodes(outcome: dict[str, Any]
 
 
 def test_agents_end_with_their_trainer(outcome: dict[str, Any]) -> None:
-    """A trainer killed outright leaves no agent behind: Ray ends the actors its driver owned."""
+    """A trainer killed outright leaves no agent behind: Ray ends the actors its driver owned, and those its PromQL
+    child owned once the child dies with it."""
     orphans = outcome["orphans"]
     assert orphans["agents"], "the second trainer's agents never ran"
+    assert orphans["promql_agents"], "the second trainer's PromQL child ran no agents"
     assert not orphans["remaining"], f"agents still running {orphans['after_s']:.1f}s after their trainer was killed"
 
 
@@ -365,3 +424,14 @@ def test_a_restart_is_named_and_counted(outcome: dict[str, Any]) -> None:
         total = sum(value_of(r, hostport) or 0.0 for r in records)
         truth = completed(outcome, replica, records[0]["start"], records[-1]["end"])
         assert truth - lost <= total <= truth - lost + band, f"{name} {hostport}: {total} vs {truth} less {lost}"
+
+
+def test_the_promql_path_reads_its_boundaries_through_node_agents(outcome: dict[str, Any]) -> None:
+    """With ``boundary: auto`` and more targets than ``boundary_max_targets``, the PromQL path's windows are bounded
+    by Prometheus' samples without Ray and by its node agents' boundary readings on the cluster (its counters checked
+    exact above); its gauge still comes from Prometheus, and its agent of the killed node was killed."""
+    assert outcome["without_ray"] == "samples"
+    assert outcome["promql_boundary"] == "scrape"
+    assert outcome["killed"]["promql_pids"], "no PromQL agent ran on the node whose agents were killed"
+    records = outcome["records"]["promql"]
+    assert any(GAUGE_KEY in r["values"] for r in records), f"no {GAUGE_KEY} from Prometheus in any step"

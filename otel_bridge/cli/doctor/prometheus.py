@@ -281,8 +281,9 @@ def check_boundaries(context: DoctorContext, config: BridgeConfig, client: Prome
     mode = {
         "samples": "Prometheus' samples (prometheus.boundary: samples)",
         "scrape": "the bridge's own boundary scrapes (prometheus.boundary: scrape)",
-        "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics, "
-        "else Prometheus' samples (prometheus.boundary: auto)",
+        "auto": f"boundary scrapes when at most {prom.boundary_max_targets} reachable targets serve the metrics (any "
+        "number through node agents on a Ray cluster, scrape.readers), else Prometheus' samples (prometheus.boundary: "
+        "auto)",
     }[prom.boundary]
     try:
         steps = _latest_step_seconds(runs_of(config.run))
@@ -321,8 +322,8 @@ def _boundary_fix(boundary: str, max_targets: int, median_s: float) -> str:
     if boundary == "auto":
         return (
             f"prometheus.boundary: auto scrapes at boundaries only when at most {max_targets} targets serve the "
-            "metrics and the trainer reaches them: make them reachable (or raise prometheus.boundary_max_targets), "
-            f"set prometheus.boundary: scrape, or {lower}"
+            "metrics and the trainer reaches them, or node agents read them on a Ray cluster (scrape.readers): make "
+            f"them reachable (or raise prometheus.boundary_max_targets), set prometheus.boundary: scrape, or {lower}"
         )
     return (
         "let the bridge scrape at boundaries (prometheus.boundary: auto or scrape, targets reachable from the "

@@ -213,6 +213,7 @@ class ProducerProcess:
             self._process.kill()
             self._process.wait()
         self._reader.join(timeout=_EXIT_WAIT_S)
+        _LIVE.discard(self)  # a later fork has nothing of it to forsake: its pipes close here
         assert self._process.stdout is not None
         self._process.stdout.close()
 

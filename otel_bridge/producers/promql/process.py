@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from otel_bridge.config import BoundaryMode, PrometheusConfig
+from otel_bridge.discovery.ray_cluster import RayConnection
 from otel_bridge.errors import PrometheusError
 from otel_bridge.health import Health
 from otel_bridge.http.transport import TransportOptions
@@ -34,8 +35,10 @@ class PromQLProcess(IsolatedProducer):
     ``transport``: how its requests go out, as checked here (TLS, credentials read from their environment variable or
     file, warned about once): the child builds its client with it; ``boundary_scrapes``: the options of the
     :class:`~otel_bridge.producers.scrape.ScrapeProducer` the child's boundary scrapes use (picklable: a transport's
-    options, intervals and caps), ``None`` with ``boundary: samples``; ``produce_timeout_s``: the longest a request
-    to the child (its start-up, one window) may take before it is given up; the other options are the producer's.
+    options, intervals and caps), ``None`` with ``boundary: samples``; ``boundary_agents``: the Ray cluster the child
+    joins, as a driver of its own, to take them with node agents it owns (``scrape.readers`` resolved to
+    ``node_agents``), ``None``: the child reads them itself; ``produce_timeout_s``: the longest a request to the child
+    (its start-up, one window) may take before it is given up; the other options are the producer's.
     """
 
     def __init__(
@@ -47,6 +50,7 @@ class PromQLProcess(IsolatedProducer):
         *,
         health: Health | None = None,
         boundary_scrapes: dict[str, Any] | None = None,
+        boundary_agents: RayConnection | None = None,
         produce_timeout_s: float = 30.0,
         start_timeout_s: float = 60.0,
         **options: Any,
@@ -59,6 +63,7 @@ class PromQLProcess(IsolatedProducer):
             "url": url,
             "transport": transport,
             "boundary_scrapes": boundary_scrapes,
+            "boundary_agents": boundary_agents,
             **options,
         }
         super().__init__(

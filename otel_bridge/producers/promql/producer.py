@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from opentelemetry.sdk.metrics.export import ScopeMetrics
 
-from otel_bridge.config import BoundaryMode, RulesMode
+from otel_bridge.config import BoundaryMode, Readers, RulesMode
 from otel_bridge.errors import ConfigError, PrometheusError, SourceError
 from otel_bridge.health import QUERY_ERRORS, QUERY_WARNINGS, Health
 from otel_bridge.producers.base import infra_scope
@@ -45,13 +45,18 @@ from otel_bridge.window import StepWindow
 __all__ = ["BoundaryScraper", "PromQLProducer"]
 
 _log = logging.getLogger(__name__)
+_OBSERVERS: dict[Readers, str] = {
+    "trainer": "the bridge's own boundary scrapes",
+    "node_agents": "the node agents' boundary readings (one Ray actor per node)",
+}
 
 
 class PromQLProducer:
     """Reads the configured metrics from Prometheus for each step window (see the module docstring).
 
     ``boundary``, ``boundary_max_targets``, ``recording_rules``: the ``prometheus`` section's keys of those names;
-    ``boundary_scraper`` builds the boundary scrapes (``boundary`` other than ``samples`` needs one);
+    ``boundary_scraper`` builds the boundary scrapes (``boundary`` other than ``samples`` needs one), taken by
+    ``boundary_readers`` (``scrape.readers`` resolved: ``boundary_max_targets`` limits the trainer only);
     ``refresh_interval_s`` how often the serving targets are re-read. ``store``: what ``client`` talks to; detected at
     :meth:`start` when ``None`` (given, e.g. to measure one plan against another on the same store).
     ``max_clock_offset_s``: ``prometheus.max_clock_offset_s`` (the store's clock is measured and each window asked at
@@ -67,6 +72,7 @@ class PromQLProducer:
         boundary: BoundaryMode = "samples",
         boundary_max_targets: int = 64,
         boundary_scraper: BoundaryScraper | None = None,
+        boundary_readers: Readers = "trainer",
         recording_rules: RulesMode = "auto",
         refresh_interval_s: float = 30.0,
         health: Health | None = None,
@@ -81,7 +87,9 @@ class PromQLProducer:
         self._interval_s = scrape_interval_s
         self._store = store
         self._max_clock_offset_s = max_clock_offset_s
-        self._options = Options(boundary, boundary_max_targets, boundary_scraper, recording_rules, refresh_interval_s)
+        self._options = Options(
+            boundary, boundary_max_targets, boundary_scraper, recording_rules, refresh_interval_s, boundary_readers
+        )
         self._closed = threading.Event()
         self._health = health or Health()
         self._warn = RateLimitedLogger(_log, warn_interval_s)
@@ -160,7 +168,7 @@ class PromQLProducer:
             len(setup.queries),
             len(negotiated.serving.initial),
             setup.schedule.interval_s,
-            "the bridge's own boundary scrapes" if chosen.boundary == "scrape" else "Prometheus' samples",
+            _OBSERVERS[self._options.boundary_readers] if chosen.boundary == "scrape" else "Prometheus' samples",
         )
         if chosen.rules is not None:
             _log.info(

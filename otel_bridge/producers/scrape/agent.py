@@ -49,11 +49,12 @@ class NodeAgent:
         self._lock = threading.Lock()
         self._errors_sent: dict[str, float] = {}  # instance -> failed scrapes told to the trainer
 
-    def start(self) -> str:
-        """Scrape the targets once and start sampling; answers the node it reads for (the trainer waits for it)."""
+    def start(self) -> list[str]:
+        """Scrape the targets once and start sampling (the trainer waits for it); answers the targets (``host:port``)
+        whose first scrape failed."""
         self._producer.start()
         _log.info("node agent %s reading %d target(s)", self._node, len(self._producer.targets))
-        return self._node
+        return self._producer.unanswered()
 
     def on_boundary(self, t: float) -> None:
         """A boundary at unix time ``t``: every target is read at or after it."""

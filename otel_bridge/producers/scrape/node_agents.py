@@ -14,7 +14,9 @@ What crosses the network per window grows with nodes x configured metrics x labe
 - **Boundaries**: :meth:`NodeAgents.on_boundary` only puts the time on a queue (the training thread's cost is that
   of the scrape path in one process); a thread of this object tells every agent.
 - **Lifetime**: the actors are owned by this process (not detached), so they end with the run (Ray ends an actor
-  whose owner died) and at :meth:`NodeAgents.close`.
+  whose owner died) and at :meth:`NodeAgents.close`. In a process of the bridge's own (the PromQL child, which takes
+  its boundary readings through them), this object joins the trainer's cluster as a Ray driver of that process
+  (``cluster``) and leaves it at close: the agents are that process', which ends with the trainer.
 - **Faults**: an agent that died (its process, or its node) leaves its targets unread, named in every record until
   they are read again (``otel_bridge/unread_s/instance.<host:port>``), and is replaced at once on its node while the
   node is alive; the new agent reads them from its first reading on, so what they counted between the dead agent's
@@ -36,12 +38,19 @@ from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics.export import ScopeMetrics
 
-from otel_bridge.discovery.ray_cluster import cluster_nodes, driver_node_id, require_initialized
-from otel_bridge.errors import ConfigError
+from otel_bridge.discovery.ray_cluster import (
+    RayConnection,
+    cluster_nodes,
+    driver_node_id,
+    join_cluster,
+    leave_cluster,
+    require_initialized,
+)
 from otel_bridge.health import SCRAPE_ERRORS, Health
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.partials import MetricPartial, WindowPartial, merge_window
+from otel_bridge.producers.scrape._internal.arguments import check_reader, target_url
 from otel_bridge.producers.scrape._internal.placement import assign_targets
 from otel_bridge.producers.scrape.agent import NodeAgent
 from otel_bridge.producers.scrape.producer import reading_wait_s
@@ -74,9 +83,11 @@ def _instance(url: str) -> str:
 
 
 class NodeAgents:
-    """The scrape path's :class:`~otel_bridge.producers.scrape.Scraper` read by one agent per node (see the module
-    docstring). ``options`` are the scrape producer's (``transport``, ``sample_interval_s``, ``max_series``), given to
-    every agent; the configured metrics' types must be known (``metrics[].type``)."""
+    """A :class:`~otel_bridge.producers.scrape.Scraper` read by one agent per node (see the module docstring).
+    ``options`` are the scrape producer's (``transport``, ``sample_interval_s``, ``max_series``), given to every
+    agent; the configured metrics' types must be known (``metrics[].type``). ``cluster``: the Ray cluster to join at
+    :meth:`start` (this process becomes a driver of its own, and leaves at :meth:`close`); ``None``: Ray must be
+    initialised in this process already."""
 
     def __init__(
         self,
@@ -88,18 +99,12 @@ class NodeAgents:
         warn_interval_s: float = 60.0,
         start_timeout_s: float = 60.0,
         discovered: bool = False,
+        cluster: RayConnection | None = None,
         **options: Any,
     ) -> None:
-        untyped = [q for q in queries if q.needs_kind]
-        if untyped:
-            raise ConfigError(
-                f"scrape.readers: node_agents needs every metric's type, and metrics[{untyped[0].source_index}] "
-                f"{untyped[0].name} has none: set its type (counter, gauge or histogram), or scrape.readers: trainer"
-            )
-        if any(q.promql is not None for q in queries):
-            raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
-        if not targets and not discovered:
-            raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
+        check_reader(targets, queries, discovered=discovered, needs_types=True)
+        self._cluster = cluster
+        self._joined = False
         self._queries = list(queries)
         self._options = {"produce_timeout_s": produce_timeout_s, "warn_interval_s": warn_interval_s, **options}
         self._produce_timeout_s = produce_timeout_s
@@ -109,7 +114,7 @@ class NodeAgents:
         self._reporter = WindowReporter(self._health, self._warn)
         self._impossible = ImpossibleValues(self._health, self._warn)
         self._lock = threading.RLock()  # guards the targets and the agents
-        self._targets = [t if "://" in t else f"http://{t}/metrics" for t in dict.fromkeys(targets)]
+        self._targets = [target_url(t) for t in dict.fromkeys(targets)]
         self._agents: dict[str, _Agent] = {}
         self._lost = False  # an agent is gone: place the targets again
         self._added: dict[str, float] = {}  # instance -> when it became a target
@@ -133,23 +138,35 @@ class NodeAgents:
 
     def start(self) -> None:
         """Place an agent on every node that hosts targets, wait (at most ``start_timeout_s``) until they have read
-        their targets once, and start telling them of boundaries. Ray must be initialised in this process."""
-        self._ray = require_initialized()
+        their targets once, and start telling them of boundaries. Ray must be initialised in this process, or the
+        ``cluster`` given joined (a :class:`~otel_bridge.errors.DiscoveryError` when it cannot be). The targets whose
+        first reading failed, or whose agent has not started by then, are :meth:`unanswered` until the first
+        window."""
+        if self._cluster is not None:
+            self._ray = join_cluster(self._cluster)
+            self._joined = True
+        else:
+            self._ray = require_initialized()
         with self._lock:
             self._place()
             ready = {agent.ready: agent for agent in self._agents.values()}
         done = self._ray.wait(list(ready), num_returns=len(ready), timeout=self._start_timeout_s)[0] if ready else []
+        silent: set[str] = set()
         for ref in done:
-            self._started(ready[ref])
+            if self._started(ready[ref]):
+                silent.update(self._ray.get(ref))
+        late = [agent for agent in ready.values() if not agent.started]
+        silent.update(_instance(url) for agent in late for url in agent.targets)
+        with self._lock:
+            self._unread_now = sorted(silent)
         self._teller = threading.Thread(target=suppressing(self._tell), name="otel-bridge-node-agents", daemon=True)
         self._teller.start()
-        late = [agent.node_id for agent in ready.values() if not agent.started]
         if late:
             _log.warning(
                 "%d node agent(s) did not start within %gs (%s): their targets are unread until they do",
                 len(late),
                 self._start_timeout_s,
-                ", ".join(late),
+                ", ".join(agent.node_id for agent in late),
             )
 
     def _started(self, agent: _Agent) -> bool:
@@ -229,7 +246,7 @@ class NodeAgents:
 
     def set_targets(self, targets: Sequence[str]) -> None:
         """Read these targets from now on, each by its node's agent (re-placed from ``ray.nodes()``)."""
-        urls = [t if "://" in t else f"http://{t}/metrics" for t in dict.fromkeys(targets)]
+        urls = [target_url(t) for t in dict.fromkeys(targets)]
         with self._lock:
             if self._closed:
                 return
@@ -327,7 +344,8 @@ class NodeAgents:
         return infra_scope(metrics)
 
     def unanswered(self) -> list[str]:
-        """The targets (``host:port``) unread at the latest window's end."""
+        """The targets (``host:port``) unread at the latest window's end (before the first: whose first reading
+        failed)."""
         with self._lock:
             return sorted(self._unread_now)
 
@@ -342,3 +360,5 @@ class NodeAgents:
             self._teller.join(timeout=10)
         for agent in agents:
             self._end(agent)
+        if self._joined:
+            leave_cluster()

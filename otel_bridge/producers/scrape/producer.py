@@ -38,6 +38,7 @@ from otel_bridge.http.transport import TransportOptions
 from otel_bridge.producers.base import infra_scope
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.partials import WindowPartial, merge_window, window_partial
+from otel_bridge.producers.scrape._internal.arguments import check_reader, target_url
 from otel_bridge.producers.scrape._internal.endpoint import ENDPOINT_DEFAULTS, MetricsEndpoint
 from otel_bridge.producers.scrape._internal.page_names import as_configured, page_forms
 from otel_bridge.producers.scrape._internal.readings import (
@@ -109,10 +110,7 @@ class ScrapeProducer:
         discovered: bool = False,
         since: Mapping[str, float] | None = None,
     ) -> None:
-        if not targets and not discovered:
-            raise ConfigError("scrape.targets is empty: list the /metrics URLs (or host:port) of the rollout servers")
-        if any(q.promql is not None for q in queries):
-            raise ConfigError("promql metrics need the PromQL path: set prometheus.url")
+        check_reader(targets, queries, discovered=discovered)
         self._transport = transport
         self._discovered = discovered
         self._max_series = max_series
@@ -152,7 +150,7 @@ class ScrapeProducer:
         before this one (a node agent replacing one that died, or a target moving node): every boundary from then on
         is the target's, and it is unread at those before this reader's first reading of it. By default a new target
         is one from now on."""
-        urls = [t if "://" in t else f"http://{t}/metrics" for t in targets]
+        urls = [target_url(t) for t in targets]
         for host in filter(None, map(_credentials_host, urls)):  # never echoed: logged by host only
             self._warn.warning(
                 f"credentials:{host}",

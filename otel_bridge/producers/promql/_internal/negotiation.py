@@ -7,7 +7,8 @@ queries and their schedule: a frozen
 :class:`~.setup.Setup`. :func:`choose_source` then picks how windows are read, once:
 
 1. the bridge's boundary scrapes (:mod:`.sources.boundary_scrapes`), when ``prometheus.boundary`` asks for them
-   (``scrape``, or ``auto`` with at most ``boundary_max_targets`` targets) and the bridge can scrape the targets;
+   (``scrape``, or ``auto``: with at most ``boundary_max_targets`` targets when the trainer reads them, any number
+   when node agents do, ``scrape.readers``) and the bridge can scrape the targets;
 2. otherwise otel-bridge's recording rules (:mod:`.sources.recording_rules`), when Prometheus runs them for some
    counting query (``prometheus.recording_rules``);
 3. otherwise the store's exact increase (:mod:`.sources.exact_increase`), where the store has one;
@@ -22,8 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from otel_bridge.config import BoundaryMode, RulesMode
-from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
+from otel_bridge.config import BoundaryMode, Readers, RulesMode
+from otel_bridge.errors import ConfigError, DiscoveryError, PrometheusError, ScrapeError
 from otel_bridge.health import Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.checks import check_expressions, check_names, resolve_kind
@@ -64,13 +65,16 @@ BoundaryScraper = Callable[[Sequence[str], Sequence[MetricQuery]], Scraper]
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """What the ``prometheus`` section (and the bridge) allow the choice of a window source."""
+    """What the ``prometheus`` section (and the bridge) allow the choice of a window source. ``boundary_readers``:
+    who takes the boundary readings the ``boundary_scraper`` builds (``scrape.readers`` resolved): the trainer's
+    process, within ``boundary_max_targets``, or node agents, without that limit."""
 
     boundary: BoundaryMode = "samples"
     boundary_max_targets: int = 64
     boundary_scraper: BoundaryScraper | None = None
     recording_rules: RulesMode = "auto"
     refresh_interval_s: float = 30.0
+    boundary_readers: Readers = "trainer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +219,14 @@ def _boundary_scrapes(
     targets = serving.initial
     urls = sorted({str(t.get("scrapeUrl")) for t in targets if t.get("scrapeUrl")})
     reason = None
+    limited = options.boundary == "auto" and options.boundary_readers == "trainer"  # node agents have no limit
     if not urls:
         reason = "Prometheus lists no target serving the configured counters and histograms yet"
-    elif options.boundary == "auto" and len(urls) > options.boundary_max_targets:
-        reason = f"{len(urls)} targets are more than prometheus.boundary_max_targets ({options.boundary_max_targets})"
+    elif limited and len(urls) > options.boundary_max_targets:
+        reason = (
+            f"{len(urls)} targets are more than prometheus.boundary_max_targets ({options.boundary_max_targets}) for "
+            "the trainer to read (node agents read any number on a Ray cluster: scrape.readers)"
+        )
     scraped: list[int] = []
     if reason is None:  # only series from the targets can be scraped: remote-written ones are read as samples
         served = served_names(client, setup.primary_names, targets)
@@ -240,7 +248,7 @@ def _boundary_scrapes(
         )
         try:
             watched.start()
-        except (ScrapeError, ConfigError) as exc:
+        except (ScrapeError, DiscoveryError, ConfigError) as exc:
             watched.close()
             reason = str(exc)
         else:

@@ -1,12 +1,13 @@
 """The bridge's own boundary scrapes: the window source when the bridge can reach the targets Prometheus scrapes
-(``prometheus.boundary: scrape``; ``auto`` with few reachable targets).
+(``prometheus.boundary: scrape``; ``auto`` with few reachable targets, or any number read by node agents on Ray).
 
 The bridge scrapes the targets Prometheus lists for the configured counters and histograms itself at each step
-boundary (a :class:`~otel_bridge.producers.scrape.WatchedScraper`: a scrape producer fed by Prometheus'
-``/api/v1/targets``, kept current by its watcher), so every count lands in the step during which it happened; the
-scrapes say themselves when a target fails or is unread. Prometheus supplies the rest in the same window: the gauges'
-history, raw PromQL, ``up``, and the counters that arrive by remote write (no target serves them), read as the store
-allows without rules (``rest``: :mod:`.exact_increase` or :mod:`.samples`), the larger of both lags standing.
+boundary (a :class:`~otel_bridge.producers.scrape.WatchedScraper`: a scrape producer, or node agents with
+``scrape.readers``, fed by Prometheus' ``/api/v1/targets``, kept current by its watcher), so every count lands in the
+step during which it happened; the scrapes say themselves when a target fails or is unread. Prometheus supplies the
+rest in the same window: the gauges' history, raw PromQL, ``up``, and the counters that arrive by remote write (no
+target serves them), read as the store allows without rules (``rest``: :mod:`.exact_increase` or :mod:`.samples`), the
+larger of both lags standing.
 """
 
 from __future__ import annotations

@@ -94,6 +94,15 @@ class Served:
     bridge: Bridge
     server: VLLMServer
     renders: Renders
+    prometheus: PrometheusServer | None
+
+    def read_after(self, t: float) -> None:
+        """Return once what the server serves after ``t`` has been read: by Prometheus (its own scrape timestamps) on
+        a PromQL path, by the bridge's in-step sampling (a render of the page) on the scrape path."""
+        if self.prometheus is not None:
+            self.prometheus.wait_for_scrapes_after(t)
+        else:
+            self.renders.wait_after(t)
 
     def boundary(self, mark: Callable[[], None]) -> None:
         """A step boundary (``mark``), returning once the bridge's own reading of it has been rendered: nothing
@@ -119,6 +128,7 @@ def served(engine: ServedEngine, path: str, workdir: Path, metrics: list[dict[st
         server = VLLMServer(engine, route="text", on_render=renders.seen).start()
         stack.callback(server.stop)
         config: dict[str, Any] = {"metrics": metrics, "run": {"name": path.replace("@", "-"), "dir": str(workdir)}}
+        prometheus: PrometheusServer | None = None
         if path == "scrape":
             config["scrape"] = {"targets": [server.url], "sample_interval_s": SAMPLE_INTERVAL_S}
         else:
@@ -132,7 +142,7 @@ def served(engine: ServedEngine, path: str, workdir: Path, metrics: list[dict[st
             if path.startswith("samples@"):
                 config["prometheus"]["boundary"] = "samples"
         bridge = stack.enter_context(Bridge.from_config(config))
-        yield Served(bridge, server, renders)
+        yield Served(bridge, server, renders, prometheus)
 
 
 @pytest.fixture
@@ -194,9 +204,9 @@ def test_pid_labelled_gauges_are_combined_by_agg_unless_asked_by_pid(path: str, 
         first, second = dp.pids
         dp.set_kv_cache_usage_in(0, 0.25)
         dp.set_kv_cache_usage_in(1, 0.5)
-        time.sleep(2 * SCRAPE_INTERVAL_S)  # Prometheus has sampled both values
+        run.read_after(time.time())  # both values have been read before the step begins
         bridge.begin_step(0)
-        time.sleep(2 * SCRAPE_INTERVAL_S)
+        run.read_after(time.time())  # and within it
         bridge.end_step(0)
         bridge.close()
         record = bridge.record(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from otel_bridge.config import MetricConfig
@@ -47,24 +48,31 @@ def loaded(queries: list[MetricQuery], *, interval: float = 15.0, **changes: str
 
 def test_one_sum_per_counting_sample_name_and_four_per_target_rules() -> None:
     rules = {r.record: r.expr for r in rules_for(QUERIES)}
+
+    def forms(name: str) -> str:  # every form a store may hold the name under, a server under two counted once
+        terms = [
+            f'label_replace((last_over_time({stored}[5m])), "otel_bridge_form", "{i}", "", "")'
+            for i, stored in enumerate((name, name.replace(":", "_"), "ray_" + name.replace(":", "_")))
+        ]
+        return f"max without (otel_bridge_form) ({' or '.join(terms)})"
+
     assert rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"] == (
-        "sum by (model_name) (last_over_time(vllm:generation_tokens_total[5m]))"
+        f"sum by (model_name) ({forms('vllm:generation_tokens_total')})"
     )
     assert rules["otel_bridge:vllm:ttft_seconds_bucket:last5m_sum"] == (
-        "sum by (le) (last_over_time(vllm:ttft_seconds_bucket[5m]))"
+        f"sum by (le) ({forms('vllm:ttft_seconds_bucket')})"
     )
-    assert rules["otel_bridge:vllm:ttft_seconds_count:last5m_sum"] == (
-        "sum(last_over_time(vllm:ttft_seconds_count[5m]))"
-    )
+    assert rules["otel_bridge:vllm:ttft_seconds_count:last5m_sum"] == f"sum({forms('vllm:ttft_seconds_count')})"
     filtered = [r for r in rules if r.startswith("otel_bridge:vllm:request_success_total:last5m_sum_")]
     assert len(filtered) == 1
     assert 'finished_reason="stop"' in rules[filtered[0]]
     assert not any("num_requests_running" in r for r in rules)  # gauges are read as they are
-    assert rules[PRESENT].count("group by (job, instance) (last_over_time(") == 3  # counter, _count, filtered counter
+    # counter, _count, filtered counter, under each of their three forms
+    assert rules[PRESENT].count("group by (job, instance) (last_over_time(") == 3 * 3
     assert "resets(vllm:ttft_seconds_count[5m]) > 0" in rules[RESETS]
     assert rules[AGE].startswith("max(max by (job, instance) (time() - timestamp(")
     # Per target, the sum of its primary counters' last samples, each selection tagged apart (COUNTED).
-    assert rules[COUNTED].startswith("sum by (job, instance) (label_replace((last_over_time(vllm:")
+    assert rules[COUNTED].startswith("sum by (job, instance) (label_replace((max without (otel_bridge_form) (")
     assert rules[COUNTED].count('"otel_bridge_selector"') == 3
     assert len(rules) == 1 + 3 + 1 + 4
     assert list(rules)[-1] == AGE  # evaluated last: an evaluation whose AGE is stored is stored whole
@@ -260,3 +268,25 @@ def test_a_reread_target_is_taken_as_far_as_the_rule_evaluations_had_its_samples
     assert plan.ruled_exact(1, [tokens], answer, views[("rollout", "a")]) == {key: 5.0 + 15.0}  # the reset counted
     assert plan.summed_share(1, newcomer, answer, views[("rollout", "b")]) == (key, 9.0)
     assert plan.ruled_exact(1, [newcomer], answer, views[("rollout", "b")]) == {key: 2.0}  # its first sample, its base
+
+
+def test_the_rules_expected_are_the_offline_file_whatever_form_the_store_holds() -> None:
+    """The rules the bridge looks for do not depend on the forms found at start-up (issue 35, point 3): the file
+    `otel-bridge prometheus-rules` writes offline (no store: every query as served) is the one a store holding the
+    families escaped (``vllm_x``: a Prometheus 2.x scraping a negotiating exporter), or under two names at once,
+    must run; so every rule selects every name a family may be stored under."""
+    offline = rules_for(QUERIES)
+    for forms in (("escaped",), ("served", "escaped"), ("ray",)):
+        held = [replace(q, forms=forms) for q in QUERIES]
+        assert rules_for(held) == offline
+        ruleset, problems = find_rules(held, loaded(QUERIES))
+        assert ruleset is not None, problems
+        assert sorted(ruleset.records) == [1, 2, 3]
+    rules = {r.record: r.expr for r in offline}
+    counter = rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"]
+    for name in ("vllm:generation_tokens_total", "vllm_generation_tokens_total", "ray_vllm_generation_tokens_total"):
+        assert f"last_over_time({name}[5m])" in counter
+        assert f"resets({name}[5m]) > 0" in rules[RESETS]
+    # A server held under two names at once counts once, by its larger value (a counter's latest), as the samples
+    # plan reads it: continuous when its name changes within the five minutes.
+    assert counter.startswith("sum by (model_name) (max without (otel_bridge_form) (label_replace((last_over_time(")

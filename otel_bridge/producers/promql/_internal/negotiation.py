@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from otel_bridge.config import BoundaryMode, RulesMode
 from otel_bridge.errors import ConfigError, PrometheusError, ScrapeError
@@ -168,10 +168,10 @@ def choose_source(
     :class:`ScrapeError`; ``prometheus.recording_rules: required`` without them a :class:`ConfigError`."""
     setup, serving = negotiated.setup, negotiated.serving
 
-    def reader(*, scrapes_name_members: bool = False) -> StoreReader:
+    def reader(*, scrapes_name_members: bool = False, read: Setup = setup) -> StoreReader:
         return StoreReader(
             client,
-            setup,
+            read,
             serving,
             health=health,
             warn=warn,
@@ -195,12 +195,17 @@ def choose_source(
         )
         return Chosen(source, "scrape", None)
     serving.watch(options.refresh_interval_s)  # the members whose unread readings records name, kept current
-    store_reader = reader()
     rules = _rules(client, setup, options.recording_rules)
     if rules is not None:
+        # The rules select every form a family may be stored under, whatever was found at start-up (.rules): the
+        # queries they serve are re-read under the same forms, so a re-read target's share is what the rules summed.
+        ruled = tuple(
+            replace(q, forms=q.candidate_forms) if i in rules.records else q for i, q in enumerate(setup.queries)
+        )
+        store_reader = reader(read=replace(setup, queries=ruled))
         rules_source = RecordingRulesSource(store_reader, setup.counting, rules, counters_for(setup.store))
         return Chosen(rules_source, "samples", rules)
-    return Chosen(without_rules(store_reader, setup.counting), "samples", None)
+    return Chosen(without_rules(reader(), setup.counting), "samples", None)
 
 
 def _boundary_scrapes(

@@ -197,7 +197,7 @@ def environment(
 ) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
     """Two replicas and a real Prometheus of each of ``versions`` scraping them every ``interval_s``; all stopped on
     exit. The replicas serve ``/metrics`` one through vLLM's text route, one through prometheus_client's negotiation
-    where the stores read its names as served (``replica_routes``)."""
+    (``replica_routes``: a 2.42 stores the second one's names escaped, ``vllm_x``, beside the first's ``vllm:x``)."""
     replicas: list[Replica] = []
     servers: dict[str, PrometheusServer] = {}
     try:
@@ -214,7 +214,7 @@ def environment(
             )
             servers[version].start()
         for server in servers.values():
-            server.wait_for_samples("vllm:generation_tokens_total", count=2)
+            server.wait_for_samples('{__name__=~"vllm.generation_tokens_total"}', count=2)  # either name
         yield replicas, servers
     finally:
         for server in servers.values():

@@ -7,7 +7,7 @@ from typing import Any
 
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer, WindowPlan, as_served
 from otel_bridge.producers.promql._internal.rules import (
     AGE,
     COUNTED,
@@ -16,6 +16,7 @@ from otel_bridge.producers.promql._internal.rules import (
     RESETS,
     RuleSet,
     find_rules,
+    read_as_ruled,
     rules_document,
     rules_for,
 )
@@ -290,3 +291,31 @@ def test_the_rules_expected_are_the_offline_file_whatever_form_the_store_holds()
     # A server held under two names at once counts once, by its larger value (a counter's latest), as the samples
     # plan reads it: continuous when its name changes within the five minutes.
     assert counter.startswith("sum by (model_name) (max without (otel_bridge_form) (label_replace((last_over_time(")
+
+
+def test_the_queries_the_rules_serve_are_reread_under_every_form_they_select() -> None:
+    """A store found holding the families as served alone: the rules still sum ``vllm_x`` and ``ray_vllm_x``, so a
+    re-read target's raw series are asked under those names too and read as served (``as_served``), its share then
+    being what the rules summed; a server whose name changed within the five minutes is one series, its counter
+    going on across the change, whose last sample is the larger value the rules counted it by."""
+    found = [replace(q, forms=("served",)) for q in QUERIES]
+    ruleset, _ = find_rules(found, loaded(QUERIES, interval=5.0))
+    assert ruleset is not None
+    read = read_as_ruled(found, ruleset)
+    assert [q.forms for q in read] == [("served",), *[("served", "escaped", "ray")] * 3]  # the gauge as found
+    plan = RuledWindow(
+        WindowPlan(read, WINDOW, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, counters=boundary_sums), ruleset
+    )
+    plan.at_rule_evaluations({"start": 997.0, "end": 1008.0})
+    reread = plan.reread_expression({("rollout", "a")}) or ""
+    for name in ("vllm:generation_tokens_total", "vllm_generation_tokens_total", "ray_vllm_generation_tokens_total"):
+        assert f"|{name}|" in reread.replace('"', "|").replace("=~", "|")
+    labels = {"job": "rollout", "instance": "a", "model_name": "m"}
+    before = RawSeries("vllm:generation_tokens_total", labels, [(990.0, 100.0), (996.0, 110.0)])
+    after = RawSeries("vllm_generation_tokens_total", labels, [(999.0, 115.0), (1004.0, 120.0)])
+    merged = as_served(read, [before, after])
+    assert len(merged) == 1
+    answer = WindowAnswer(rule_times={"start": 997.0, "end": 1008.0})
+    key = ("vllm:generation_tokens_total", (("model_name", "m"),))
+    # The rules' max over the two names: 110 at 997, max(110, 120) = 120 at 1008.
+    assert plan.summed_share(1, merged[0], answer) == (key, 120.0 - 110.0)

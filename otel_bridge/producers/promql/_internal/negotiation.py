@@ -29,7 +29,7 @@ from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.checks import check_expressions, check_names, resolve_kind
 from otel_bridge.producers.promql._internal.histogram_storage import with_histogram_storage
 from otel_bridge.producers.promql._internal.plan import primary_names
-from otel_bridge.producers.promql._internal.rules import RuleSet, rules_in_use
+from otel_bridge.producers.promql._internal.rules import RuleSet, read_as_ruled, rules_in_use
 from otel_bridge.producers.promql._internal.rules import counting as counts
 from otel_bridge.producers.promql._internal.setup import Setup
 from otel_bridge.producers.promql._internal.sources.boundary_scrapes import BoundaryScrapesSource
@@ -197,12 +197,7 @@ def choose_source(
     serving.watch(options.refresh_interval_s)  # the members whose unread readings records name, kept current
     rules = _rules(client, setup, options.recording_rules)
     if rules is not None:
-        # The rules select every form a family may be stored under, whatever was found at start-up (.rules): the
-        # queries they serve are re-read under the same forms, so a re-read target's share is what the rules summed.
-        ruled = tuple(
-            replace(q, forms=q.candidate_forms) if i in rules.records else q for i, q in enumerate(setup.queries)
-        )
-        store_reader = reader(read=replace(setup, queries=ruled))
+        store_reader = reader(read=replace(setup, queries=read_as_ruled(setup.queries, rules)))
         rules_source = RecordingRulesSource(store_reader, setup.counting, rules, counters_for(setup.store))
         return Chosen(rules_source, "samples", rules)
     return Chosen(without_rules(reader(), setup.counting), "samples", None)

@@ -34,7 +34,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from otel_bridge.errors import ConfigError
@@ -241,6 +241,13 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
     if not records:
         return None, "; ".join(problems)
     return RuleSet(records, float(interval), float(evaluation)), "; ".join(problems)
+
+
+def read_as_ruled(queries: Sequence[MetricQuery], ruleset: RuleSet) -> tuple[MetricQuery, ...]:
+    """``queries`` with those ``ruleset`` serves read under every form their names may be stored under
+    (:attr:`MetricQuery.candidate_forms`), as the rules select them: a re-read target's raw series are then the very
+    series the rules summed (named as served: :func:`~.plan.as_served`), whatever forms were found at start-up."""
+    return tuple(replace(q, forms=q.candidate_forms) if i in ruleset.records else q for i, q in enumerate(queries))
 
 
 def _seconds(value: object) -> TypeGuard[int | float]:

@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 # progress until pytest ends.
 MAKEFLAGS += --jobs=2
 
-.PHONY: demo test check lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm clean soak bench
+.PHONY: demo test check durations lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -110,6 +110,10 @@ test: $(VENV)/.dev-installed prometheus-bin faketime peers lint typecheck
 
 # The quick tier, for the edit-test loop (its tests: about 5 minutes on 2 cores): lint, types, import layers and the tests that need no
 # server (no Prometheus, peer, collector or Ray: the marker `server` is set by rule, tests/plugins/tiers.py).
+# The per-test seconds of the last `make test`, committed so a fresh clone (CI's) hands out its longest groups first.
+durations:
+	$(BIN)/python -c 'from tests.plugins import tiers; tiers.write_durations()'
+
 check: $(VENV)/.dev-installed lint typecheck
 	$(BIN)/python -m pytest -q -n $(CHECK_WORKERS) $(PYTEST_PARALLEL) -m 'not server'
 

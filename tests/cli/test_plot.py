@@ -303,11 +303,29 @@ def test_plot_into_a_directory_that_does_not_exist_is_a_one_line_error(demo_run:
     assert not (tmp_path / "missing").exists()
 
 
-def test_phases_are_drawn_beside_their_step_and_their_durations_together(demo_run: Path, tmp_path: Path) -> None:
-    """The demo's steps have a ``gen`` and an ``update`` phase: a phase's statistic joins the step's panel of the same
-    key, labelled with the phase; the phases' durations share one panel in seconds."""
+def test_phases_are_drawn_beside_their_step_and_their_durations_together(tmp_path: Path) -> None:
+    """Steps with a ``gen`` and an ``update`` phase (as the demo's): a phase's statistic joins the step's panel of the
+    same key, labelled with the phase; the phases' durations share one panel in seconds. Every series differs from the
+    others at some step (series equal at every step share one line: the demo's update phase sometimes counts nothing,
+    and its gen phase then draws as the step's own line)."""
     key = "rollout/vllm/generation_tokens_total/delta"
-    layout, _ = plot(demo_run, tmp_path / "phases.png", keys=[key, f"phase/*/{key}", "phase/*/seconds"])
+    run = tmp_path / "runs" / "p"
+    run.mkdir(parents=True)
+    lines = [
+        json.dumps(
+            {
+                "step": step,
+                key: 100.0 + step,
+                f"phase/gen/{key}": 70.0 + 2 * step,
+                f"phase/update/{key}": 30.0 - step,
+                "phase/gen/seconds": 1.5 + step / 10,
+                "phase/update/seconds": 0.5,
+            }
+        )
+        for step in range(4)
+    ]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    layout, _ = plot(run, tmp_path / "phases.png", keys=[key, f"phase/*/{key}", "phase/*/seconds"])
     panels = {panel.group: panel for panel in layout.panels}
     assert sorted(panels) == ["phases", "rollout/vllm/generation_tokens_total"]
     tokens = panels["rollout/vllm/generation_tokens_total"]

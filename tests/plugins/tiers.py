@@ -22,14 +22,15 @@ They are handed out in this order:
 1. groups with a test marked ``saturates`` (it holds the whole machine, tests/plugins/machine.py);
 2. groups that need no server: they run beside a saturating test, on the workers it would leave idle;
 3. the rest, longest first by the times of the last run on this clone (the JUnit report ``make test`` writes,
-   :data:`TIMINGS`) when there is one, else the directories whose modules start servers first, so a long group does
-   not end the run alone on one worker.
+   :data:`TIMINGS`) when there is one, else the committed ones (:data:`DURATIONS`), else the directories whose
+   modules start servers first, so a long group does not end the run alone on one worker.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import json
 import threading
 import types
 import xml.etree.ElementTree as ET
@@ -63,6 +64,9 @@ SESSION_SERVERS = {"ray_cluster": "ray"}
 ROOT = Path(__file__).resolve().parents[2]
 #: Where ``make test`` writes the JUnit report (read back to hand out the longest groups first).
 TIMINGS = ROOT / ".test-times" / "junit.xml"
+#: The seconds per test of a whole run on the 2-core machine, committed (``make durations`` writes it from
+#: :data:`TIMINGS`): a fresh clone, as CI's, has no report of its own.
+DURATIONS = ROOT / "tests" / "plugins" / "durations.json"
 #: Without timings: the directories in the order their modules are handed out (unlisted ones last).
 DIRECTORY_ORDER = ("integration", "faults", "deploy", "cli", "security", "docs", "unit")
 
@@ -141,10 +145,10 @@ def _node_id(classname: str, name: str) -> str | None:
     return None
 
 
-def _last_times() -> dict[str, float]:
-    """Seconds per test in the last run's JUnit report (empty when there is none)."""
+def _junit_times(path: Path) -> dict[str, float]:
+    """Seconds per test in the JUnit report at ``path`` (empty when there is none)."""
     try:
-        root = ET.parse(TIMINGS).getroot()
+        root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
         return {}
     times: dict[str, float] = {}
@@ -153,6 +157,26 @@ def _last_times() -> dict[str, float]:
         if nodeid is not None:
             times[nodeid] = float(case.get("time") or 0)
     return times
+
+
+def _last_times() -> dict[str, float]:
+    """Seconds per test: the last run's on this clone (:data:`TIMINGS`), else the committed ones (:data:`DURATIONS`)."""
+    times = _junit_times(TIMINGS)
+    if times:
+        return times
+    try:
+        committed = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in committed.items()} if isinstance(committed, dict) else {}
+
+
+def write_durations() -> None:
+    """Write :data:`DURATIONS` from the last run's report (``make durations``)."""
+    times = _junit_times(TIMINGS)
+    if not times:
+        raise SystemExit(f"no test times in {TIMINGS}: run `make test` first")
+    DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(times.items())}, indent=0) + "\n")
 
 
 def _directory_rank(path: str) -> int:

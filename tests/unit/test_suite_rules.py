@@ -174,3 +174,13 @@ def test_a_test_saturating_the_machine_unmarked_fails(pytester: pytest.Pytester)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_saturates_unmarked saturates the machine but is not marked `saturates`*"])
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """The test folders are not packages (pytest imports each module by its base name): a second module of one name
+    is not collected at all, only an error is (tests/unit/test_prometheus_names.py beside an integration module of
+    that name did it once)."""
+    modules: dict[str, list[str]] = {}
+    for path in sorted((tiers.ROOT / "tests").rglob("test_*.py")):
+        modules.setdefault(path.name, []).append(str(path.relative_to(tiers.ROOT)))
+    assert not {name: paths for name, paths in modules.items() if len(paths) > 1}

@@ -27,7 +27,7 @@ from otel_bridge.producers.promql.producer import PromQLProducer
 from otel_bridge.window import StepWindow
 from tests.helpers.client_exporter import TTFT_BUCKETS
 from tests.helpers.prometheus_server import PrometheusServer
-from tests.integration.test_prometheus_names import STEPS, assert_truth, producer_for, record_of
+from tests.integration.test_stored_name_forms import STEPS, assert_truth, producer_for, record_of
 
 if TYPE_CHECKING:
     from tests.ray_fixtures import RayCluster

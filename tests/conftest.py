@@ -65,12 +65,11 @@ def replica_routes(*prometheus_versions: str) -> tuple[MetricsRoute, MetricsRout
 
     A Prometheus 3 asks for OpenMetrics with ``escaping=allow-utf-8`` and stores a negotiating exporter's ``vllm:x``
     as served; a Prometheus 2.x asks for OpenMetrics without it and stores ``vllm_x`` (prometheus_client >= 0.23
-    escapes the colon on OpenMetrics sample lines), which the PromQL path reads only once it finds the form the store
-    holds (issue 35, point 3): until then both replicas of a 2.42 pair serve the text route. This is the one place to
-    flip when it does.
+    escapes the colon on OpenMetrics sample lines), so a 2.42 pair holds each family under two names at once, which
+    every plan reads (issue 35, point 3), the recording rules included: they select every name a family may be stored
+    under. The same pair for every version (``prometheus_versions`` kept for the callers naming theirs).
     """
-    if "2.42" in prometheus_versions:
-        return ("text", "text")
+    del prometheus_versions
     return ("text", "negotiate")
 
 
@@ -118,7 +117,7 @@ class WarmPool:
                     if attempt == 2:
                         raise
             assert server is not None
-            server.wait_for_samples("vllm:generation_tokens_total", count=2)
+            server.wait_for_samples('{__name__=~"vllm.generation_tokens_total"}', count=2)  # either name
         except BaseException:
             stop_pair(replicas, server)
             raise

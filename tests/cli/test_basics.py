@@ -59,9 +59,15 @@ def test_prometheus_rules_for_a_config_and_its_errors(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (group,) = yaml.safe_load(out.read_text(encoding="utf-8"))["groups"]
     assert (group["name"], group["interval"]) == ("otel-bridge", "5s")
+    # Every name the family may be stored under (served, escaped, Ray's), one server's two names counted once.
+    forms = ("vllm:generation_tokens_total", "vllm_generation_tokens_total", "ray_vllm_generation_tokens_total")
+    selected = " or ".join(
+        f'label_replace((last_over_time({name}[5m])), "otel_bridge_form", "{form}", "", "")'
+        for form, name in enumerate(forms)
+    )
     assert group["rules"][0] == {
         "record": "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",
-        "expr": "sum by (model_name) (last_over_time(vllm:generation_tokens_total[5m]))",
+        "expr": f"sum by (model_name) (max without (otel_bridge_form) ({selected}))",
     }
     untyped = write_config(tmp_path / "u.yaml", {"metrics": [{"name": "vllm:prompt_tokens_total"}]})
     done = run_cli(["prometheus-rules", str(out), "--config", str(untyped)], cwd=tmp_path)

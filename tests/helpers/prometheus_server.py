@@ -39,6 +39,15 @@ PROMETHEUS_VERSIONS = ("2.42", "3.16")
 DISCOVERY_RELOAD_S = 0.1
 
 
+def either_name(name: str, matchers: str = "") -> str:
+    """A selector of ``name`` as the suite's replica pairs store it: ``vllm:x`` from vLLM's text route, and ``vllm_x``
+    from a negotiating replica a Prometheus 2.x scrapes (``tests.conftest.replica_routes``), so a test's own truth
+    query sees every replica on every version; ``matchers`` (``model_name="tiny"``) are added."""
+    escaped = name.replace(":", "_")
+    names = name if escaped == name else f"{name}|{escaped}"
+    return f'{{__name__=~"{names}"{", " + matchers if matchers else ""}}}'
+
+
 def prometheus_binary(version: str = "2.42", tool: str = "prometheus") -> str:
     """Path of ``tool`` (``prometheus`` or ``promtool``) of Prometheus ``version``; fails with the fix when absent.
 

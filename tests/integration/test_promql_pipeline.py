@@ -22,7 +22,7 @@ from otel_bridge.prometheus.promql import duration
 from tests.conftest import Replica
 from tests.helpers.http_servers import forwarding_proxy
 from tests.helpers.metric_sets import TWENTY_METRICS
-from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.prometheus_server import PrometheusServer, either_name
 
 pytestmark = pytest.mark.sleeps(
     16,
@@ -88,20 +88,25 @@ def expected_from_prometheus(prometheus: PrometheusServer, record: dict[str, Any
     length = duration(record["time"] - record["window_start"])
 
     def delta(name: str) -> str:
-        return f"sum({name}) - sum({name} offset {length})"
+        return f"sum({either_name(name)}) - sum({either_name(name)} offset {length})"
+
+    def bucket_increases(name: str) -> str:
+        buckets = either_name(f"{name}_bucket")
+        return f"sum by (le) ({buckets}) - sum by (le) ({buckets} offset {length})"
 
     def quantile(q: float, name: str) -> str:
-        return f"histogram_quantile({q}, sum by (le) ({name}_bucket) - sum by (le) ({name}_bucket offset {length}))"
+        return f"histogram_quantile({q}, {bucket_increases(name)})"
 
     ttft = "vllm:time_to_first_token_seconds"
+    running, kv = either_name("vllm:num_requests_running"), either_name("vllm:kv_cache_usage_perc")
     queries = {
         "rollout/vllm/generation_tokens_total/delta": delta("vllm:generation_tokens_total"),
         "rollout/vllm/prompt_tokens_total/delta": delta("vllm:prompt_tokens_total"),
         "rollout/vllm/request_success_total/delta": delta("vllm:request_success_total"),
-        "rollout/vllm/num_requests_running/last": f"sum(last_over_time(vllm:num_requests_running[{length}]))",
-        "rollout/vllm/num_requests_running/max": f"sum(max_over_time(vllm:num_requests_running[{length}]))",
-        "rollout/vllm/kv_cache_usage_perc/max": f"max(max_over_time(vllm:kv_cache_usage_perc[{length}]))",
-        "rollout/vllm/kv_cache_usage_perc/mean": f"max(avg_over_time(vllm:kv_cache_usage_perc[{length}]))",
+        "rollout/vllm/num_requests_running/last": f"sum(last_over_time({running}[{length}]))",
+        "rollout/vllm/num_requests_running/max": f"sum(max_over_time({running}[{length}]))",
+        "rollout/vllm/kv_cache_usage_perc/max": f"max(max_over_time({kv}[{length}]))",
+        "rollout/vllm/kv_cache_usage_perc/mean": f"max(avg_over_time({kv}[{length}]))",
         "rollout/vllm/prefix_cache_hit_rate": (
             f"({delta('vllm:prefix_cache_hits_total')}) / ({delta('vllm:prefix_cache_queries_total')})"
         ),
@@ -111,7 +116,7 @@ def expected_from_prometheus(prometheus: PrometheusServer, record: dict[str, Any
 
     def proven_quantile(q: float, name: str) -> float:
         estimate = scalar(prometheus, quantile(q, name), end)
-        increases = f"sum by (le) ({name}_bucket) - sum by (le) ({name}_bucket offset {length})"
+        increases = bucket_increases(name)
         buckets = [(float(row["metric"]["le"]), float(row["value"][1])) for row in prometheus.query(increases, at=end)]
         bounds = quantile_bounds(q, buckets, scalar(prometheus, delta(f"{name}_sum"), end))
         return estimate if bounds is None else min(max(estimate, bounds[0]), bounds[1])

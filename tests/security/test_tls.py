@@ -25,7 +25,7 @@ from tests.helpers.http_servers import (
     make_self_signed_cert,
     server_ssl_context,
 )
-from tests.helpers.prometheus_server import PrometheusServer
+from tests.helpers.prometheus_server import PrometheusServer, either_name
 
 pytestmark = [
     pytest.mark.integration,
@@ -77,7 +77,10 @@ def test_verification_is_on_by_default_and_a_custom_ca_works(
     replicas[0].sim.set_running(1)
     replicas[1].sim.set_running(2)
     deadline = time.monotonic() + 30
-    while not (result := prometheus.query("sum(vllm:num_requests_running)")) or result[0]["value"][1] != "3":
+    while (
+        not (result := prometheus.query(f"sum({either_name('vllm:num_requests_running')})"))
+        or result[0]["value"][1] != "3"
+    ):
         assert time.monotonic() < deadline, "Prometheus did not scrape the new gauge values"
         time.sleep(0.2)
     server = make_self_signed_cert(tmp_path, "server")

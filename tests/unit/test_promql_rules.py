@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
-from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer, WindowPlan, as_served
 from otel_bridge.producers.promql._internal.rules import (
     AGE,
     COUNTED,
@@ -15,6 +16,7 @@ from otel_bridge.producers.promql._internal.rules import (
     RESETS,
     RuleSet,
     find_rules,
+    read_as_ruled,
     rules_document,
     rules_for,
 )
@@ -47,24 +49,31 @@ def loaded(queries: list[MetricQuery], *, interval: float = 15.0, **changes: str
 
 def test_one_sum_per_counting_sample_name_and_four_per_target_rules() -> None:
     rules = {r.record: r.expr for r in rules_for(QUERIES)}
+
+    def forms(name: str) -> str:  # every form a store may hold the name under, a server under two counted once
+        terms = [
+            f'label_replace((last_over_time({stored}[5m])), "otel_bridge_form", "{i}", "", "")'
+            for i, stored in enumerate((name, name.replace(":", "_"), "ray_" + name.replace(":", "_")))
+        ]
+        return f"max without (otel_bridge_form) ({' or '.join(terms)})"
+
     assert rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"] == (
-        "sum by (model_name) (last_over_time(vllm:generation_tokens_total[5m]))"
+        f"sum by (model_name) ({forms('vllm:generation_tokens_total')})"
     )
     assert rules["otel_bridge:vllm:ttft_seconds_bucket:last5m_sum"] == (
-        "sum by (le) (last_over_time(vllm:ttft_seconds_bucket[5m]))"
+        f"sum by (le) ({forms('vllm:ttft_seconds_bucket')})"
     )
-    assert rules["otel_bridge:vllm:ttft_seconds_count:last5m_sum"] == (
-        "sum(last_over_time(vllm:ttft_seconds_count[5m]))"
-    )
+    assert rules["otel_bridge:vllm:ttft_seconds_count:last5m_sum"] == f"sum({forms('vllm:ttft_seconds_count')})"
     filtered = [r for r in rules if r.startswith("otel_bridge:vllm:request_success_total:last5m_sum_")]
     assert len(filtered) == 1
     assert 'finished_reason="stop"' in rules[filtered[0]]
     assert not any("num_requests_running" in r for r in rules)  # gauges are read as they are
-    assert rules[PRESENT].count("group by (job, instance) (last_over_time(") == 3  # counter, _count, filtered counter
+    # counter, _count, filtered counter, under each of their three forms
+    assert rules[PRESENT].count("group by (job, instance) (last_over_time(") == 3 * 3
     assert "resets(vllm:ttft_seconds_count[5m]) > 0" in rules[RESETS]
     assert rules[AGE].startswith("max(max by (job, instance) (time() - timestamp(")
     # Per target, the sum of its primary counters' last samples, each selection tagged apart (COUNTED).
-    assert rules[COUNTED].startswith("sum by (job, instance) (label_replace((last_over_time(vllm:")
+    assert rules[COUNTED].startswith("sum by (job, instance) (label_replace((max without (otel_bridge_form) (")
     assert rules[COUNTED].count('"otel_bridge_selector"') == 3
     assert len(rules) == 1 + 3 + 1 + 4
     assert list(rules)[-1] == AGE  # evaluated last: an evaluation whose AGE is stored is stored whole
@@ -260,3 +269,53 @@ def test_a_reread_target_is_taken_as_far_as_the_rule_evaluations_had_its_samples
     assert plan.ruled_exact(1, [tokens], answer, views[("rollout", "a")]) == {key: 5.0 + 15.0}  # the reset counted
     assert plan.summed_share(1, newcomer, answer, views[("rollout", "b")]) == (key, 9.0)
     assert plan.ruled_exact(1, [newcomer], answer, views[("rollout", "b")]) == {key: 2.0}  # its first sample, its base
+
+
+def test_the_rules_expected_are_the_offline_file_whatever_form_the_store_holds() -> None:
+    """The rules the bridge looks for do not depend on the forms found at start-up (issue 35, point 3): the file
+    `otel-bridge prometheus-rules` writes offline (no store: every query as served) is the one a store holding the
+    families escaped (``vllm_x``: a Prometheus 2.x scraping a negotiating exporter), or under two names at once,
+    must run; so every rule selects every name a family may be stored under."""
+    offline = rules_for(QUERIES)
+    for forms in (("escaped",), ("served", "escaped"), ("ray",)):
+        held = [replace(q, forms=forms) for q in QUERIES]
+        assert rules_for(held) == offline
+        ruleset, problems = find_rules(held, loaded(QUERIES))
+        assert ruleset is not None, problems
+        assert sorted(ruleset.records) == [1, 2, 3]
+    rules = {r.record: r.expr for r in offline}
+    counter = rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"]
+    for name in ("vllm:generation_tokens_total", "vllm_generation_tokens_total", "ray_vllm_generation_tokens_total"):
+        assert f"last_over_time({name}[5m])" in counter
+        assert f"resets({name}[5m]) > 0" in rules[RESETS]
+    # A server held under two names at once counts once, by its larger value (a counter's latest), as the samples
+    # plan reads it: continuous when its name changes within the five minutes.
+    assert counter.startswith("sum by (model_name) (max without (otel_bridge_form) (label_replace((last_over_time(")
+
+
+def test_the_queries_the_rules_serve_are_reread_under_every_form_they_select() -> None:
+    """A store found holding the families as served alone: the rules still sum ``vllm_x`` and ``ray_vllm_x``, so a
+    re-read target's raw series are asked under those names too and read as served (``as_served``), its share then
+    being what the rules summed; a server whose name changed within the five minutes is one series, its counter
+    going on across the change, whose last sample is the larger value the rules counted it by."""
+    found = [replace(q, forms=("served",)) for q in QUERIES]
+    ruleset, _ = find_rules(found, loaded(QUERIES, interval=5.0))
+    assert ruleset is not None
+    read = read_as_ruled(found, ruleset)
+    assert [q.forms for q in read] == [("served",), *[("served", "escaped", "ray")] * 3]  # the gauge as found
+    plan = RuledWindow(
+        WindowPlan(read, WINDOW, increase_queries=[1, 2, 3], pad_s=2.0, closing_s=5.5, counters=boundary_sums), ruleset
+    )
+    plan.at_rule_evaluations({"start": 997.0, "end": 1008.0})
+    reread = plan.reread_expression({("rollout", "a")}) or ""
+    for name in ("vllm:generation_tokens_total", "vllm_generation_tokens_total", "ray_vllm_generation_tokens_total"):
+        assert f"|{name}|" in reread.replace('"', "|").replace("=~", "|")
+    labels = {"job": "rollout", "instance": "a", "model_name": "m"}
+    before = RawSeries("vllm:generation_tokens_total", labels, [(990.0, 100.0), (996.0, 110.0)])
+    after = RawSeries("vllm_generation_tokens_total", labels, [(999.0, 115.0), (1004.0, 120.0)])
+    merged = as_served(read, [before, after])
+    assert len(merged) == 1
+    answer = WindowAnswer(rule_times={"start": 997.0, "end": 1008.0})
+    key = ("vllm:generation_tokens_total", (("model_name", "m"),))
+    # The rules' max over the two names: 110 at 997, max(110, 120) = 120 at 1008.
+    assert plan.summed_share(1, merged[0], answer) == (key, 120.0 - 110.0)

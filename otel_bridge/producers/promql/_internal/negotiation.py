@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from otel_bridge.config import BoundaryMode, Readers, RulesMode
 from otel_bridge.errors import ConfigError, DiscoveryError, PrometheusError, ScrapeError
@@ -30,7 +30,7 @@ from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.promql._internal.checks import check_expressions, check_names, resolve_kind
 from otel_bridge.producers.promql._internal.histogram_storage import with_histogram_storage
 from otel_bridge.producers.promql._internal.plan import primary_names
-from otel_bridge.producers.promql._internal.rules import RuleSet, rules_in_use
+from otel_bridge.producers.promql._internal.rules import RuleSet, read_as_ruled, rules_in_use
 from otel_bridge.producers.promql._internal.rules import counting as counts
 from otel_bridge.producers.promql._internal.setup import Setup
 from otel_bridge.producers.promql._internal.sources.boundary_scrapes import BoundaryScrapesSource
@@ -172,10 +172,10 @@ def choose_source(
     :class:`ScrapeError`; ``prometheus.recording_rules: required`` without them a :class:`ConfigError`."""
     setup, serving = negotiated.setup, negotiated.serving
 
-    def reader(*, scrapes_name_members: bool = False) -> StoreReader:
+    def reader(*, scrapes_name_members: bool = False, read: Setup = setup) -> StoreReader:
         return StoreReader(
             client,
-            setup,
+            read,
             serving,
             health=health,
             warn=warn,
@@ -199,12 +199,12 @@ def choose_source(
         )
         return Chosen(source, "scrape", None)
     serving.watch(options.refresh_interval_s)  # the members whose unread readings records name, kept current
-    store_reader = reader()
     rules = _rules(client, setup, options.recording_rules)
     if rules is not None:
+        store_reader = reader(read=replace(setup, queries=read_as_ruled(setup.queries, rules)))
         rules_source = RecordingRulesSource(store_reader, setup.counting, rules, counters_for(setup.store))
         return Chosen(rules_source, "samples", rules)
-    return Chosen(without_rules(store_reader, setup.counting), "samples", None)
+    return Chosen(without_rules(reader(), setup.counting), "samples", None)
 
 
 def _boundary_scrapes(

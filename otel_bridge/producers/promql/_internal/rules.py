@@ -7,7 +7,8 @@ bridge's path, and a step reads a few series per label group:
 
 - per counting sample name (a counter, a histogram's ``_bucket``/``_sum``/``_count``, a ratio's two counters) and
   label group: ``sum by (<by>) (last_over_time(x[5m]))``, the sum of every series' last sample, like the bridge's
-  own boundary sums;
+  own boundary sums, under every name the family may be stored under (:func:`_selectors`), so the rules are the same
+  whatever the store holds;
 - per target (``job``, ``instance``): whether it has a counting sample in the last 5 minutes
   (:data:`PRESENT`), whether any of its counters reset in the last 5 minutes (:data:`RESETS`), and the sum of its
   primary counters' last samples (:data:`COUNTED`: which of its samples an evaluation had, see below);
@@ -33,13 +34,14 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.plan import FORM_LABEL
 from otel_bridge.prometheus import promql
-from otel_bridge.prometheus_names import is_classic_name
+from otel_bridge.prometheus_names import is_classic_name, stored_name
 
 _log = logging.getLogger(__name__)
 
@@ -75,11 +77,25 @@ def counting(query: MetricQuery) -> bool:
     return query.promql is None and (query.kind != "gauge" or query.ratio is not None) and bool(query.series_names())
 
 
-def _selector(name: str, query: MetricQuery) -> str:
-    """The selector of ``name`` as the store holds it (:attr:`MetricQuery.forms`): rules written for the served name
-    do not serve a family the store holds under another, so they are not used for it."""
-    stored = query.stored(name)
-    return " or ".join(promql.selector(s, dict(query.matchers), utf8=query.utf8) for s in stored)
+def _selectors(name: str, query: MetricQuery) -> tuple[str, ...]:
+    """The selectors of ``name`` under every form a store may hold it (:attr:`MetricQuery.candidate_forms`:
+    ``vllm:x``, ``vllm_x``, ``ray_vllm_x``), whatever the store holds now (:attr:`MetricQuery.forms`): the rules
+    `otel-bridge prometheus-rules` writes offline are the ones the bridge expects, and they serve a family held under
+    any form, or under several (servers reached two ways, a migration)."""
+    matchers = dict(query.matchers)
+    return tuple(promql.selector(stored_name(name, form), matchers, utf8=query.utf8) for form in query.candidate_forms)
+
+
+def _last_samples(selectors: Sequence[str]) -> str:
+    """Each series' last sample in the last :data:`LOOKBACK` under ``selectors`` (the forms of one sample name); a
+    server held under several at once (same labels but the name) counts once, by its largest value: a counter's
+    latest, so a sum stays continuous when a server's name changes within the lookback (the old name's last value is
+    where the new one goes on from), as the samples plan reads it (:func:`~.plan.roled`, ``max``)."""
+    terms = [f"last_over_time({s}[{LOOKBACK}])" for s in selectors]
+    if len(terms) == 1:
+        return terms[0]
+    kept = " or ".join(promql.tag_series(term, FORM_LABEL, str(i)) for i, term in enumerate(terms))
+    return f"max without ({FORM_LABEL}) ({kept})"
 
 
 def _record_part(name: str) -> str:
@@ -103,34 +119,37 @@ def sum_rule(query: MetricQuery, position: int) -> Rule:
     if query.matchers:
         record += "_" + hashlib.sha256(repr(query.matchers).encode()).hexdigest()[:8]
     grouping = f" by ({', '.join(by)}) " if by else ""
-    return Rule(record, f"sum{grouping}(last_over_time({_selector(name, query)}[{LOOKBACK}]))")
+    return Rule(record, f"sum{grouping}({_last_samples(_selectors(name, query))})")
 
 
-def primary_selections(queries: Sequence[MetricQuery]) -> dict[str, tuple[str, MetricQuery]]:
+def primary_selections(queries: Sequence[MetricQuery]) -> dict[tuple[str, ...], tuple[str, MetricQuery]]:
     """The counting queries' primary sample names (a counter, a histogram's ``_count``, a ratio's two counters) as
-    the target rules select them: ``{selector: (name, the query whose matchers it carries)}``, each selector once."""
-    out: dict[str, tuple[str, MetricQuery]] = {}
+    the target rules select them: ``{selectors (one per form: :func:`_selectors`): (name, the query whose matchers it
+    carries)}``, each selection once."""
+    out: dict[tuple[str, ...], tuple[str, MetricQuery]] = {}
     for query in queries:
         if not counting(query):
             continue
         names = query.ratio if query.ratio is not None else query.series_names()[-1:]
         for name in names:
-            out.setdefault(_selector(name, query), (name, query))
+            out.setdefault(_selectors(name, query), (name, query))
     return out
 
 
 def target_rules(queries: Sequence[MetricQuery]) -> list[Rule]:
     """:data:`PRESENT`, :data:`RESETS`, :data:`COUNTED` and :data:`AGE` over the counting queries' primary sample
-    names (:data:`AGE` last: its evaluation's samples are stored after every other rule's)."""
-    sels = list(primary_selections(queries))
-    if not sels:
+    names, under every form (:data:`AGE` last: its evaluation's samples are stored after every other rule's)."""
+    selections = list(primary_selections(queries))
+    if not selections:
         return []
+    sels = [s for selectors in selections for s in selectors]
     present = " or ".join(f"group by ({TARGET_BY}) (last_over_time({s}[{LOOKBACK}]))" for s in sels)
     resets = " or ".join(f"group by ({TARGET_BY}) (resets({s}[{LOOKBACK}]) > 0)" for s in sels)
-    # Each selector's series tagged apart (a series matching two selectors counts twice, as the bridge sums it).
+    # Each selection's series tagged apart (a series matching two selections counts twice, as the bridge sums it); a
+    # server under two forms of one selection once, as the sums count it.
     counted = " or ".join(
-        promql.tag_series(f"last_over_time({s}[{LOOKBACK}])", "otel_bridge_selector", str(i))
-        for i, s in enumerate(sels)
+        promql.tag_series(_last_samples(selectors), "otel_bridge_selector", str(i))
+        for i, selectors in enumerate(selections)
     )
     age = " or ".join(f"max by ({TARGET_BY}) (time() - timestamp({s}))" for s in sels)
     return [
@@ -222,6 +241,13 @@ def find_rules(queries: Sequence[MetricQuery], groups: Sequence[Mapping[str, Any
     if not records:
         return None, "; ".join(problems)
     return RuleSet(records, float(interval), float(evaluation)), "; ".join(problems)
+
+
+def read_as_ruled(queries: Sequence[MetricQuery], ruleset: RuleSet) -> tuple[MetricQuery, ...]:
+    """``queries`` with those ``ruleset`` serves read under every form their names may be stored under
+    (:attr:`MetricQuery.candidate_forms`), as the rules select them: a re-read target's raw series are then the very
+    series the rules summed (named as served: :func:`~.plan.as_served`), whatever forms were found at start-up."""
+    return tuple(replace(q, forms=q.candidate_forms) if i in ruleset.records else q for i, q in enumerate(queries))
 
 
 def _seconds(value: object) -> TypeGuard[int | float]:

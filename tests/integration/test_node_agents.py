@@ -350,6 +350,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             child.wait()
         with contextlib.suppress(ProcessLookupError):  # what the child left running (a Ray process it started)
             os.killpg(child.pid, signal.SIGKILL)
+    (out.parent / "load.json").write_text(json.dumps(load), encoding="utf-8")  # beside run.log, when it ran
     text = log.read_text(encoding="utf-8")
     assert child.returncode == 0, f"the run failed:\n{text[-6000:]}"
     result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))

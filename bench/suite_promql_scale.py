@@ -120,6 +120,9 @@ def _count(record: dict[str, Any]) -> dict[str, Any]:
         data = None
     if isinstance(data, dict) and isinstance(data.get("result"), list):
         record["result_type"] = data.get("resultType")
+        if data.get("resultType") not in ("vector", "matrix"):  # a scalar or string: [time, value], one sample
+            record["series"], record["samples"] = 0, 1
+            return record
         for item in data["result"]:
             series += 1
             if "values" in item or "histograms" in item:

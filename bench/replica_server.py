@@ -9,9 +9,10 @@ serves until stdin closes (so it dies with its parent).
 Replica ``i`` serves the capture (``tests/fixtures/vllm/metrics-after-requests.txt``) with
 ``vllm:request_success_total{finished_reason="length"}``, ``vllm:generation_tokens_total`` and
 ``vllm:prompt_tokens_total`` replaced by :func:`requests_done` at the moment it answers: requests complete one by one
-at the replica's own rate (:func:`replica_rate`), each with :data:`GENERATION_TOKENS` and :data:`PROMPT_TOKENS`. The
-counts are a step function of time known to the benchmark, so the truth of any window ``(start, end]`` is exact
-(:func:`window_truth`), and a reading taken after a boundary moves what completed in between into the wrong step.
+in bursts at the replica's own rate (:func:`replica_rate`, :data:`BUSY_PERIOD_S`), each with
+:data:`GENERATION_TOKENS` and :data:`PROMPT_TOKENS`. The counts are a step function of time known to the benchmark,
+so the truth of any window ``(start, end]`` is exact (:func:`window_truth`), and a reading taken after a boundary
+moves what completed in between into the wrong step.
 
 Why not :mod:`otel_bridge.tools.simulation`: its :class:`~otel_bridge.tools.simulation.VLLMServer` is one
 ``ThreadingHTTPServer`` (a thread per server and per request) rendering prometheus_client's registry at each scrape;
@@ -44,18 +45,34 @@ _MOVING = {
 """The moving series (their sample line up to the value) -> what one completed request adds."""
 
 
+BUSY_PERIOD_S = 8.0
+"""The replicas complete requests in bursts: busy together for half of every :data:`BUSY_PERIOD_S`, idle for the other
+half (rollout servers idle while the trainer updates), each starting up to :data:`JITTER_S` after the others. Steady
+rates would hide boundary errors: a window shifted in time would hold as many requests as the true one."""
+JITTER_S = 0.5
+
+
 def replica_rate(index: int) -> float:
-    """Requests completed per second by replica ``index``: 1.5-4.5, spread so that replicas complete at different
-    moments."""
-    return 1.5 + 3.0 * ((index * 0.6180339887498949) % 1.0)
+    """Requests replica ``index`` completes per second while busy: 3-9, spread so that replicas complete at different
+    moments (1.5-4.5 on average)."""
+    return 3.0 + 6.0 * ((index * 0.6180339887498949) % 1.0)
+
+
+def _busy_s(index: int, elapsed: float) -> float:
+    """Seconds replica ``index`` has been busy ``elapsed`` seconds into its own schedule."""
+    half = BUSY_PERIOD_S / 2
+    periods, into = divmod(elapsed, BUSY_PERIOD_S)
+    return periods * half + min(into, half)
 
 
 def requests_done(index: int, t: float, t0: float) -> int:
     """Requests replica ``index`` has completed by unix time ``t`` since ``t0`` (0 before it)."""
     if t <= t0:
         return 0
+    offset = -((index * 0.3819660112501051) % 1.0) * JITTER_S
     phase = (index * 0.7548776662466927) % 1.0
-    return math.floor(replica_rate(index) * (t - t0) + phase) - math.floor(phase)
+    busy = _busy_s(index, t - t0 + offset) - _busy_s(index, offset)
+    return math.floor(replica_rate(index) * busy + phase) - math.floor(phase)
 
 
 def window_truth(replicas: int, start: float, end: float, t0: float) -> int:

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.partials import WindowPartial, merge_window
+from otel_bridge.producers import MetricQuery, WindowPartial, merge_window
 from otel_bridge.window import StepWindow
 
 
@@ -32,7 +31,7 @@ def _node_main(
     conn: Connection, node: str, targets: dict[str, float], queries: list[MetricQuery], options: dict[str, Any]
 ) -> None:
     """The simulated node's process: a :class:`NodeAgent` driven by the messages on ``conn``."""
-    from otel_bridge.producers.scrape.agent import NodeAgent
+    from otel_bridge.producers.scrape import NodeAgent
 
     agent = NodeAgent(node, targets, queries, options)
     agent.start()

@@ -150,7 +150,7 @@ def _config(targets: list[str], **sections: Any) -> Any:
 
 def _built(config: Any) -> Any:
     from otel_bridge.health import Health
-    from otel_bridge.pipeline.build import build_producers
+    from otel_bridge.pipeline import build_producers
 
     (producer,) = build_producers(config, Health())
     return producer
@@ -172,15 +172,22 @@ def scrape_arm(replicas: Replicas) -> Arm:
 
 def node_agents_arm(replicas: Replicas, nodes: int) -> Arm:
     from bench.simulated_node import SimulatedNodes
-    from otel_bridge.pipeline.build import _boundary_scrape_options
-    from otel_bridge.producers.metric_set import resolve_metrics
+    from otel_bridge.producers import resolve_metrics
+    from otel_bridge.producers.scrape import ENDPOINT_DEFAULTS
 
     config = _config(replicas.targets, scrape={"targets": replicas.targets, "sample_interval_s": 0})
     queries = resolve_metrics(config.metrics, config.roles, config.max_groups)
     urls = [f"http://{t}/metrics" for t in replicas.targets]
     per = -(-len(urls) // nodes)
     assignment = {f"node-{k:02d}": urls[k * per : (k + 1) * per] for k in range(nodes) if urls[k * per : (k + 1) * per]}
-    simulated = SimulatedNodes(assignment, queries, _boundary_scrape_options(config, None), since=time.time())
+    options = {  # the scrape producer's options as the pipeline gives them for this config (no TLS, no credentials)
+        "transport": ENDPOINT_DEFAULTS,
+        "sample_interval_s": config.scrape.sample_interval_s,
+        "max_series": config.scrape.max_series,
+        "produce_timeout_s": config.delivery.produce_timeout_s,
+        "warn_interval_s": config.delivery.warn_interval_s,
+    }
+    simulated = SimulatedNodes(assignment, queries, options, since=time.time())
     received = {"bytes": 0}
     produce = simulated.produce
 
@@ -269,7 +276,7 @@ class _CountingRay:
     def get(self, ref: Any, *args: Any, **kwargs: Any) -> Any:
         import pickle
 
-        from otel_bridge.producers.partials import WindowPartial
+        from otel_bridge.producers import WindowPartial
 
         value = self._ray.get(ref, *args, **kwargs)
         if isinstance(value, WindowPartial):
@@ -280,7 +287,7 @@ class _CountingRay:
 # ------------------------------------------------------------------------------------------------------- measurement
 def _request_deltas(produced: Any) -> float | None:
     """``vllm:request_success_total``'s delta (summed over its groups) in one window's metrics, else ``None``."""
-    from otel_bridge.producers.statistics import STAT_ATTRIBUTE
+    from otel_bridge.schema import STAT_ATTRIBUTE
 
     metrics = [m for item in produced for m in getattr(item, "metrics", [item])]
     values = [

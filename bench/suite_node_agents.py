@@ -58,7 +58,7 @@ from typing import Any
 
 from bench.common import RESULTS, stdin_bound_child, summary, write_result
 from bench.replica_server import window_truth
-from bench.suite_promql_scale import CountingProxy, process_cpu_s
+from bench.suite_promql_scale import CountingProxy, process_cpu_s, source_state
 
 NAME = "node-agents"
 SIZES = ((64, 8), (256, 16), (1024, 32))
@@ -481,6 +481,7 @@ def run(
         "preset": "vllm",
         "sample_interval_s": 0,
         "loadavg_during": loads,
+        "otel_bridge_source": source_state(),
     }
     write_result(NAME, {"configuration": configuration, "results": results})
     return {"rows": [_row(r) for r in results], "loadavg_during": loads}

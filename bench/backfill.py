@@ -48,7 +48,7 @@ import numpy as np
 
 from bench.common import CAPTURE
 
-VERSION = 2  # 2: quantiles bounded by _sum (the truth follows the statistic's definition)
+VERSION = 3  # 2: quantiles bounded by _sum (the truth follows the statistic's definition); 3: each series once
 INTERVAL_S = 15.0
 WINDOW_S = 60.0
 WINDOWS = 5  # measured windows 0..4; window -1 (just before) is the warm-up
@@ -125,12 +125,14 @@ class Series:
 
 
 def capture_series(capture: Path = CAPTURE, preset: str = "vllm") -> list[Series]:
-    """The capture's series of the preset's families, parsed with otel-bridge's exposition parser."""
+    """The capture's series of the preset's families, each once (a preset may name a family twice: an alias),
+    parsed with otel-bridge's exposition parser."""
     from otel_bridge.prometheus import parse_exposition
 
-    families = parse_exposition(capture.read_text(encoding="utf-8"), preset_names(preset))
+    names = list(dict.fromkeys(preset_names(preset)))
+    families = parse_exposition(capture.read_text(encoding="utf-8"), names)
     out = []
-    for name in preset_names(preset):
+    for name in names:
         family = families.get(name)
         if family is None:
             raise RuntimeError(f"{capture} has no family {name}")

@@ -13,17 +13,22 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 CAPTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm" / "metrics-after-requests.txt"
 
 
-async def _serve(count: int, body: bytes) -> None:
-    head = (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
-    )
-    answer = head + body
+def text_page(body: bytes, content_type: bytes = b"text/plain; version=0.0.4; charset=utf-8") -> bytes:
+    """An HTTP/1.1 200 answer carrying ``body``."""
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\nContent-Length: " + str(len(body)).encode()
+        + b"\r\n\r\n" + body
+    )  # fmt: skip
+
+
+def keep_alive(answer: Callable[[], bytes]) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A connection handler answering every request on a keep-alive connection with ``answer()``."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -31,13 +36,19 @@ async def _serve(count: int, body: bytes) -> None:
                 request = await reader.readuntil(b"\r\n\r\n")
                 if not request:
                     break
-                writer.write(answer)
+                writer.write(answer())
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
+    return handle
+
+
+async def _serve(count: int, body: bytes) -> None:
+    answer = text_page(body)
+    handle = keep_alive(lambda: answer)
     servers = [await asyncio.start_server(handle, "127.0.0.1", 0, backlog=256) for _ in range(count)]
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     sys.stdout.write(json.dumps({"ports": ports, "bytes": len(body)}) + "\n")

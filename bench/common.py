@@ -110,29 +110,34 @@ class CaptureServers:
 
 
 @contextmanager
-def capture_servers(count: int, capture: Path = CAPTURE) -> Iterator[CaptureServers]:
-    """Start :mod:`bench.capture_server` with ``count`` ports; stop it (by PID) on exit, even on errors."""
+def stdin_bound_child(module: str, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
+    """Start ``python -m module args...``, a server that prints one JSON line when listening and serves until its
+    stdin closes; yields the process and that line; closes its stdin on exit (killed by PID after 10 s), even on
+    errors."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.capture_server", "--ports", str(count), "--capture", str(capture)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        cwd=REPO,
+        [sys.executable, "-m", module, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO
     )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         if not line:
-            raise RuntimeError(f"bench.capture_server exited with {process.wait()} before listening")
-        info = json.loads(line)
-        yield CaptureServers(process, info["ports"], info["bytes"])
+            raise RuntimeError(f"{module} exited with {process.wait()} before listening")
+        yield process, json.loads(line)
     finally:
         if process.stdin is not None:
             process.stdin.close()
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+
+@contextmanager
+def capture_servers(count: int, capture: Path = CAPTURE) -> Iterator[CaptureServers]:
+    """Start :mod:`bench.capture_server` with ``count`` ports; stop it (by PID) on exit, even on errors."""
+    with stdin_bound_child("bench.capture_server", "--ports", str(count), "--capture", str(capture)) as (process, info):
+        yield CaptureServers(process, info["ports"], info["bytes"])
 
 
 def children_cpu_s(command_part: str = SCRAPE_CHILD) -> float:

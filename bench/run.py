@@ -28,6 +28,7 @@ SUITES = {
     "phases": "bench.suite_phases",
     "gpu-scale": "bench.suite_gpu_scale",
     "large-answers": "bench.suite_large_answers",
+    "node-agents": "bench.suite_node_agents",
 }
 
 

@@ -22,7 +22,7 @@ Designs, measured in the same run against the same Prometheus:
 * **baseline** (:mod:`bench.baselines.raw_promql`): the raw-sample design as of 3a63837, one instant query for the
   gauges and one range selector returning every counter/histogram sample of every replica. With the default limits it
   fails at 1,024 replicas (over ``prometheus.max_series`` 100,000): the failure is recorded and the design is run
-  again with raised limits (``max_series`` 10 M, ``max_response_bytes`` 2 GB).
+  again with raised limits (``max_series`` 10 M, ``max_response_bytes`` 2 GB, ``timeout_s`` 120 s).
 * **otel-bridge (boundary sums)**: ``otel_bridge.producers.promql.PromQLProducer(client, resolve_metrics([preset:
   vllm]), scrape_interval_s=15, recording_rules="off")``, ``start()`` then ``produce(window)``, whatever that module
   currently is, told that the store has no exact increase of its own: Prometheus sums every raw series at both
@@ -83,7 +83,9 @@ QUICK_REPLICAS = (1, 64, 256)
 STEPS = 5
 QUICK_STEPS = 3
 SCRAPE_INTERVAL_S = 15.0
-RAISED_LIMITS = {"max_series": 10_000_000, "max_response_bytes": 2_000_000_000}
+RAISED_LIMITS = {"max_series": 10_000_000, "max_response_bytes": 2_000_000_000, "timeout_s": 120.0}
+"""Where a design fails with the default limits it runs again with these: answers of any size, and queries Prometheus
+takes up to two minutes to evaluate (``prometheus.timeout_s``: 10 s by default)."""
 EXACT_REL = 1e-9
 TARGET_WALL_S = 1.0
 TARGET_REQUESTS = 2
@@ -120,6 +122,9 @@ def _count(record: dict[str, Any]) -> dict[str, Any]:
         data = None
     if isinstance(data, dict) and isinstance(data.get("result"), list):
         record["result_type"] = data.get("resultType")
+        if data.get("resultType") not in ("vector", "matrix"):  # a scalar or string: [time, value], one sample
+            record["series"], record["samples"] = 0, 1
+            return record
         for item in data["result"]:
             series += 1
             if "values" in item or "histograms" in item:
@@ -639,9 +644,18 @@ def source_state() -> dict[str, Any]:
 
 
 def run(
-    quick: bool, workdir: Path, replicas: tuple[int, ...] | None = None, steps: int | None = None
+    quick: bool,
+    workdir: Path,
+    replicas: tuple[int, ...] | None = None,
+    steps: int | None = None,
+    versions: tuple[str, ...] = (),
+    designs: tuple[str, ...] = (),
+    name: str = NAME,
 ) -> dict[str, Any]:
-    """Run the suite; write ``results/promql-scale.json`` and ``.png``; return the rows for the README table."""
+    """Run the suite (``versions`` and ``designs``: only these; default all); write ``results/<name>.json`` and
+    ``.png``; return the rows for the README table."""
+    versions = versions or VERSIONS
+    chosen = {d: DESIGNS[d] for d in designs} if designs else DESIGNS
     counts = replicas or (QUICK_REPLICAS if quick else REPLICAS)
     steps = steps or (QUICK_STEPS if quick else STEPS)
     anchor = default_anchor()
@@ -660,11 +674,11 @@ def run(
         datasets[str(n)]["rules"] = {**history.info, "wall_s": time.perf_counter() - t0}
         _log.info("promql-scale: %d replicas: rule history ready in %.1f s; one evaluation of the group %.2f s",
                   n, time.perf_counter() - t0, history.info["evaluation_s"])  # fmt: skip
-        for version in VERSIONS:
+        for version in versions:
             with prometheus_on(dataset, workdir / f"prometheus-{n}-{version}", history, version) as backend:
                 datasets[str(n)][f"prometheus_{version}_startup_s"] = backend.startup_s
-                for name, build in DESIGNS.items():
-                    if name == "baseline" and version != VERSIONS[0]:
+                for design_name, build in chosen.items():
+                    if design_name == "baseline" and version != VERSIONS[0]:
                         continue
                     for limits in ("default", "raised"):
                         result: dict[str, Any]
@@ -675,25 +689,25 @@ def run(
                                       "summary": summarize([])}  # fmt: skip
                         else:
                             try:
-                                truth = rules_truth(dataset, backend, steps) if "rules" in name else None
+                                truth = rules_truth(dataset, backend, steps) if "rules" in design_name else None
                                 result = measure(design, backend, dataset, steps, truth)
                             finally:
                                 design.close()
-                        runs[str(n)][f"{name}/{version}/{limits}"] = result
-                        rows.append({"replicas": n, "prometheus": version, "design": name, "plan": design.name,
+                        runs[str(n)][f"{design_name}/{version}/{limits}"] = result
+                        rows.append({"replicas": n, "prometheus": version, "design": design_name, "plan": design.name,
                                      "limits": limits, **result["summary"],
                                      "start_error": result.get("start_error")})  # fmt: skip
                         if result["summary"]["errors"] == 0 and not result.get("start_error"):
                             break  # the raised limits only where the default ones fail
     goals = {
         f"{name} on {version}": targets([r for r in rows if r["prometheus"] == version], name)
-        for name in DESIGNS
-        for version in VERSIONS
+        for name in chosen
+        for version in versions
         if name != "baseline" or version == VERSIONS[0]
     }
     configuration = {
         "replicas": list(counts),
-        "prometheus_versions": list(VERSIONS),
+        "prometheus_versions": list(versions),
         "steps": steps,
         "window_s": 60.0,
         "scrape_interval_s": SCRAPE_INTERVAL_S,
@@ -706,12 +720,12 @@ def run(
         "otel_bridge_source": source_state(),
     }
     payload = {"configuration": configuration, "datasets": datasets, "runs": runs, "rows": rows, "targets": goals}
-    write_result(NAME, payload)
-    _plot(rows)
+    write_result(name, payload)
+    _plot(rows, name)
     return {"rows": rows, "targets": goals}
 
 
-def _plot(rows: list[dict[str, Any]]) -> None:
+def _plot(rows: list[dict[str, Any]], name: str = NAME) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     styles = {
@@ -744,7 +758,7 @@ def _plot(rows: list[dict[str, Any]]) -> None:
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
     left.set_title("one step's reading, vllm preset, 60 s window")
-    save_figure(fig, NAME)
+    save_figure(fig, name)
 
 
 def render(payload: dict[str, Any]) -> str:
@@ -824,6 +838,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep the generated blocks here (default: a temporary directory)")
     parser.add_argument("--replicas", type=int, nargs="+")
     parser.add_argument("--steps", type=int)
+    parser.add_argument("--versions", nargs="+", choices=VERSIONS, default=[], help="only these Prometheus versions")
+    parser.add_argument("--designs", nargs="+", choices=list(DESIGNS), default=[], help="only these designs")
+    parser.add_argument("--name", default=NAME, help="results file name (default: %(default)s)")
     parser.add_argument("--table", action="store_true", help="print the table of the last results and exit")
     parser.add_argument("--proxy", metavar="UPSTREAM", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -831,19 +848,20 @@ def main() -> None:
         serve_proxy(args.proxy)
         return
     if args.table:
-        print(render(json.loads((RESULTS / f"{NAME}.json").read_text())))
+        print(render(json.loads((RESULTS / f"{args.name}.json").read_text())))
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bench").setLevel(logging.INFO)
     started = time.perf_counter()
     replicas = tuple(args.replicas) if args.replicas else None
+    chosen = {"versions": tuple(args.versions), "designs": tuple(args.designs), "name": args.name}
     if args.workdir:
-        run(args.quick, args.workdir, replicas, args.steps)
+        run(args.quick, args.workdir, replicas, args.steps, **chosen)
     else:
         with tempfile.TemporaryDirectory(prefix="otel-bridge-promql-scale-") as tmp:
-            run(args.quick, Path(tmp), replicas, args.steps)
-    print(render(json.loads((RESULTS / f"{NAME}.json").read_text())))
-    print(f"suite {NAME}: {time.perf_counter() - started:.0f} s")
+            run(args.quick, Path(tmp), replicas, args.steps, **chosen)
+    print(render(json.loads((RESULTS / f"{args.name}.json").read_text())))
+    print(f"suite {args.name}: {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 - :mod:`~otel_bridge.producers.base`: what a producer is (:class:`MetricProducer`, :class:`ProducerLifecycle`);
 - :mod:`~otel_bridge.producers.metric_set` and :mod:`~otel_bridge.producers.presets`: the configured metrics, resolved;
 - :mod:`~otel_bridge.producers.statistics`: all window math, from samples to a step's statistics;
+  :mod:`~otel_bridge.producers.partials`: a reader's mergeable part of a window (:class:`WindowPartial`) and their
+  merge (:func:`merge_window`);
 - :mod:`~otel_bridge.producers.window_source`: one way of reading a window (:class:`WindowSource`), chosen once at a
   producer's start-up; :mod:`~otel_bridge.producers.window_report`: what a window could not read, said in one place
   (:class:`WindowReport`, :class:`WindowReporter`);
@@ -12,6 +14,7 @@
 
 from otel_bridge.producers.base import MetricProducer, ProducerLifecycle, infra_scope, metrics_of
 from otel_bridge.producers.metric_set import MetricQuery, resolve_metrics
+from otel_bridge.producers.partials import WindowPartial, merge_window
 from otel_bridge.producers.presets import DEPRECATED, PRESETS, replacement_text
 from otel_bridge.producers.promql import PromQLProcess, PromQLProducer
 from otel_bridge.producers.scrape import ScrapeProcess, ScrapeProducer
@@ -32,6 +35,7 @@ __all__ = [
     "ScrapeProcess",
     "ScrapeProducer",
     "StatPoint",
+    "WindowPartial",
     "WindowReading",
     "WindowReport",
     "WindowReporter",
@@ -39,6 +43,7 @@ __all__ = [
     "compute_stats",
     "histogram_statistic",
     "infra_scope",
+    "merge_window",
     "metrics_of",
     "replacement_text",
     "resolve_metrics",

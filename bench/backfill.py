@@ -15,18 +15,23 @@ The history, per replica (``instance="127.0.x.y:8000"``, ``job="rollout"``), sam
 - histograms observe per interval as many values as requests (time to first token, e2e latency, queue time) or
   generated tokens (inter-token latency) from a log-normal whose median drifts per interval; cumulative bucket counts,
   ``_count`` (= the ``+Inf`` bucket) and ``_sum`` (bucket midpoints) stay consistent;
-- gauges (running/waiting requests, KV-cache use) vary per sample;
+- gauges (running/waiting requests, KV-cache use) vary per sample; ``vllm:engine_sleep_state`` is 1 for
+  ``sleep_state="awake"`` and 0 for the other states, except for one replica (``replicas // 4``) that sleeps (weights
+  offloaded, no request running) from its last sample before window ``SLEEP_WINDOW`` to that window's end: the one
+  replica whose servers' idle seconds are not 0;
 - ``up`` is 1 at every scrape, except for one replica (``replicas // 2``) that is down for the first two scrapes of
   window ``RESTART_WINDOW`` (``up`` 0, no other sample) and comes back with every counter and histogram reset, having
   counted only what it did since the restart.
 
-Truth, per window ``(start, end]`` and configured statistic (no ``by`` labels: one value per statistic), from the
-generated values: a counter's delta is the sum over its series of the reset-aware increase from the last sample at or
-before ``start`` to the last sample at or before ``end`` (an increase below the previous value counts the new value);
+Truth, per window ``(start, end]``, for every statistic and ``by`` group of every query the bridge resolves the preset
+to (:func:`preset_queries`: a key the preset gains is in the truth, and a query the truth cannot compute raises), from
+the generated values: a counter's delta is the sum over its series of the reset-aware increase from the last sample at
+or before ``start`` to the last sample at or before ``end`` (an increase below the previous value counts the new value);
 histogram statistics come from the summed bucket/``_sum``/``_count`` increases (quantiles with Prometheus'
 ``histogram_quantile`` algorithm, bounded by what ``_sum`` proves:
 :func:`otel_bridge.producers.statistics.histogram_statistic`); a gauge's statistic is taken over each replica's samples
-inside the window, then combined with the preset's aggregation.
+inside the window (``idle_seconds`` as docs/step-numbers.md defines it: each sample held to ``[0, busy_at]`` and
+weighted by the seconds it stands for), then combined over the group's series with the query's aggregation.
 
 ``python -m bench.backfill --replicas 64 --out DIR`` generates one data set by hand.
 """
@@ -48,11 +53,13 @@ import numpy as np
 
 from bench.common import CAPTURE
 
-VERSION = 3  # 2: quantiles bounded by _sum (the truth follows the statistic's definition); 3: each series once
+VERSION = 4  # 2: quantiles bounded by _sum (the truth follows the statistic's definition); 3: each series once;
+# 4: a sleeping replica (engine_sleep_state, idle num_requests_running), the truth of every preset query
 INTERVAL_S = 15.0
 WINDOW_S = 60.0
 WINDOWS = 5  # measured windows 0..4; window -1 (just before) is the warm-up
 RESTART_WINDOW = 2
+SLEEP_WINDOW = 3
 BEFORE_S = 120.0  # history before window -1 (so window -1 has a baseline sample)
 AFTER_S = 60.0  # history after the last window
 JOB = "rollout"
@@ -79,6 +86,20 @@ def preset_names(preset: str = "vllm") -> list[str]:
         else:
             names.append(entry["name"])
     return names
+
+
+def preset_queries(preset: str = "vllm") -> list[Any]:
+    """The preset's queries as the bridge resolves them (``MetricQuery``: key names, statistics, ``by``, ``agg``)."""
+    from otel_bridge.config import MetricConfig
+    from otel_bridge.producers import resolve_metrics
+
+    return list(resolve_metrics([MetricConfig(preset=preset)]))
+
+
+def truth_key(name: str, stat: str | None, group: Mapping[str, str]) -> str:
+    """The key of one value: ``<key name>/<stat>`` (a ratio: its key name), then its ``by`` group as sorted JSON."""
+    key = f"{name}/{stat}" if stat else name
+    return key + ("" if not group else json.dumps(dict(group), sort_keys=True))
 
 
 @dataclass(frozen=True)
@@ -168,7 +189,7 @@ def _cumulate(increments: np.ndarray, reset_at: int | None) -> np.ndarray:
     return out
 
 
-def _replica(index: int, series: Sequence[Series], layout: Layout, restart: bool) -> Replica:
+def _replica(index: int, series: Sequence[Series], layout: Layout, restart: bool, sleeps: bool) -> Replica:
     rng = np.random.default_rng([20261130, index])
     k = layout.samples
     offset = round(float(rng.uniform(0.5, 14.5)), 3)
@@ -208,6 +229,13 @@ def _replica(index: int, series: Sequence[Series], layout: Layout, restart: bool
     values: dict[int, np.ndarray] = {}
     histograms: dict[str, dict[str, np.ndarray]] = {}
     running = rng.poisson(rate * 5.0, k).astype(np.float64)
+    asleep = np.zeros(k, dtype=bool)
+    if sleeps:  # from its last sample before window SLEEP_WINDOW to that window's end: weights offloaded, idle
+        start, end = layout.window(SLEEP_WINDOW)
+        asleep[
+            max(int(np.searchsorted(times, start, side="right")) - 1, 0) : int(np.searchsorted(times, end, "right"))
+        ] = True
+        running[asleep] = 0.0
     for i, s in enumerate(series):
         if s.kind == "counter":
             if s.name == "vllm:request_success_total":
@@ -219,6 +247,12 @@ def _replica(index: int, series: Sequence[Series], layout: Layout, restart: bool
         elif s.kind == "gauge":
             if s.name == "vllm:num_requests_running":
                 values[i] = running
+            elif s.name == "vllm:engine_sleep_state":  # 1 in the state the engine is in, 0 in the others
+                state = s.labels.get("sleep_state")
+                in_state = (
+                    ~asleep if state == "awake" else asleep if state == "weights_offloaded" else np.zeros(k, bool)
+                )
+                values[i] = in_state.astype(np.float64)
             elif s.name == "vllm:num_requests_waiting":
                 values[i] = rng.poisson(np.maximum(rng.normal(2.0, 3.0, k), 0.0)).astype(np.float64)
             else:  # kv_cache_usage_perc and anything else: a fraction
@@ -266,6 +300,12 @@ def _numbers(values: np.ndarray) -> list[str]:
     if values.dtype.kind in "iu":
         return list(map(str, values.tolist()))
     return [str(int(v)) if v.is_integer() else repr(v) for v in values.tolist()]
+
+
+def replicas_of(count: int, series: Sequence[Series], layout: Layout) -> list[Replica]:
+    """The ``count`` replicas' histories: replica ``count // 2`` restarts in window ``RESTART_WINDOW``, replica
+    ``count // 4`` sleeps from its last sample before window ``SLEEP_WINDOW`` to that window's end."""
+    return [_replica(r, series, layout, r == count // 2, r == count // 4) for r in range(count)]
 
 
 def write_openmetrics(path: Path, series: Sequence[Series], replicas: Sequence[Replica]) -> int:
@@ -317,6 +357,51 @@ def _increase(values: np.ndarray, times: np.ndarray, start: float, end: float) -
     return np.asarray(steps.sum(axis=0))
 
 
+def _gauge_statistic(
+    stat: str, times: list[float], values: list[float], start: float, end: float, scale: float | None
+) -> float:
+    """One series' gauge statistic over its samples inside ``(start, end]`` (docs/step-numbers.md, window statistics):
+    ``idle_seconds`` is the window's seconds less each sample held to ``[0, scale]`` over ``scale``, weighted by the
+    seconds it stands for (since the previous sample, the first since the window's start, the last also up to its
+    end)."""
+    if stat == "last":
+        return values[-1]
+    if stat == "max":
+        return max(values)
+    if stat == "min":
+        return min(values)
+    if stat == "mean":
+        return math.fsum(values) / len(values)
+    if stat == "idle_seconds" and scale is not None:
+        since, until = [start, *times[:-1]], [*times[:-1], end]
+        held = (min(max(v, 0.0), scale) / scale for v in values)
+        return (end - start) - math.fsum(h * (b - a) for h, a, b in zip(held, since, until, strict=True))
+    raise ValueError(f"the truth does not model gauge statistic {stat!r} (scale {scale}): add it to bench/backfill.py")
+
+
+def _combine(agg: str, values: list[float]) -> float:
+    if agg == "sum":
+        return math.fsum(values)
+    if agg == "mean":
+        return math.fsum(values) / len(values)
+    if agg == "max":
+        return max(values)
+    if agg == "min":
+        return min(values)
+    raise ValueError(f"the truth does not model aggregation {agg!r}: add it to bench/backfill.py")
+
+
+def _unmodelled(query: Any) -> str | None:
+    """What of ``query`` the truth does not compute (it must fail loudly rather than leave a key without truth)."""
+    if query.promql is not None:
+        return "a raw PromQL expression"
+    if query.matchers or query.roles:
+        return "matchers or roles"
+    if query.ratio is None and query.kind not in ("counter", "gauge", "histogram"):
+        return f"type {query.kind}"
+    return None
+
+
 def truth(
     series: Sequence[Series],
     replicas: Sequence[Replica],
@@ -324,83 +409,89 @@ def truth(
     preset: str = "vllm",
     counter_windows: Mapping[int, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
-    """The exact statistics of every window ``-1 .. windows-1``: ``{"<k>": {"<key>/<stat>": value}}`` (ratios: key).
+    """The exact statistics of every window ``-1 .. windows-1``: ``{"<k>": {key: value}}``, one key per statistic and
+    ``by`` group of every query the bridge resolves the preset to (:func:`preset_queries`, keys :func:`truth_key`).
 
     ``counter_windows[k]``, when given, bounds window ``k``'s counter and histogram increases instead of the window
-    itself (e.g. the recording rules' evaluations that stand for its boundaries); gauges keep the window.
+    itself (e.g. the recording rules' evaluations that stand for its boundaries); gauges keep the window. A query the
+    truth cannot compute raises ``ValueError`` naming it.
     """
-    from otel_bridge.producers import PRESETS, histogram_statistic
+    from otel_bridge.producers import histogram_statistic
 
-    index_of = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(series)}
-    names = {i: s.name for i, s in enumerate(series)}
+    queries = preset_queries(preset)
+    for query in queries:
+        reason = _unmodelled(query)
+        if reason is not None:
+            raise ValueError(f"the truth does not model {query.key_name} ({reason}): add it to bench/backfill.py")
     counter_ids = [i for i, s in enumerate(series) if s.kind != "gauge"]
     gauge_ids = [i for i, s in enumerate(series) if s.kind == "gauge"]
     prepared = []
     for replica in replicas:
         keep = replica.present
         matrix = np.stack([replica.values[i][keep] for i in counter_ids], axis=1)
-        prepared.append((replica.times[keep], matrix, {i: replica.values[i][keep] for i in gauge_ids}))
+        prepared.append((replica, replica.times[keep], matrix, {i: replica.values[i][keep] for i in gauge_ids}))
+
+    def group_of(by: Sequence[str], i: int, replica: Replica) -> tuple[tuple[str, str], ...]:
+        labels = {**series[i].labels, "instance": replica.instance, "job": JOB}
+        return tuple((label, labels.get(label, "")) for label in by)
+
     out: dict[str, Any] = {}
     for k in range(-1, layout.windows):
         start, end = layout.window(k)
         counted_from, counted_to = (counter_windows or {}).get(k, (start, end))
-        increases: dict[int, float] = {}
-        inside: list[dict[int, np.ndarray]] = []
-        for times, matrix, gauges in prepared:
+        increases: dict[str, list[tuple[Replica, int, float]]] = {}  # sample name -> (replica, series, increase)
+        inside: list[dict[int, tuple[list[float], list[float]]]] = []  # per replica: gauge series -> (times, values)
+        for replica, times, matrix, gauges in prepared:
             counted = _increase(matrix, times, counted_from, counted_to).tolist()
             for i, inc in zip(counter_ids, counted, strict=True):
-                increases[i] = increases.get(i, 0.0) + inc
+                increases.setdefault(series[i].name, []).append((replica, i, inc))
             mask = (times > start) & (times <= end)
-            inside.append({i: column[mask] for i, column in gauges.items()})
+            inside.append({i: (times[mask].tolist(), column[mask].tolist()) for i, column in gauges.items()})
 
-        def delta(name: str, increases: dict[int, float] = increases) -> float:
-            return math.fsum(v for i, v in increases.items() if names[i] == name)
+        def deltas(
+            sample: str, by: Sequence[str], increases: dict[str, list[tuple[Replica, int, float]]] = increases
+        ) -> dict[tuple[tuple[str, str], ...], float]:
+            parts: dict[tuple[tuple[str, str], ...], list[float]] = {}
+            for replica, i, inc in increases.get(sample, []):
+                parts.setdefault(group_of(by, i, replica), []).append(inc)
+            return {group: math.fsum(v) for group, v in parts.items()}
 
         values: dict[str, float] = {}
-        for entry in PRESETS[preset]:
-            if "ratio" in entry:
-                num, den = delta(entry["ratio"]["numerator"]), delta(entry["ratio"]["denominator"])
-                values[entry["alias"]] = num / den if den > 0 else math.nan
+        for query in queries:
+            if query.ratio is not None:
+                num, den = (math.fsum(deltas(name, ()).values()) for name in query.ratio)
+                values[truth_key(query.key_name, None, {})] = num / den * query.scale if den > 0 else math.nan
                 continue
-            name, kind, stats = entry["name"], entry["type"], entry["stats"]
-            for stat in stats:
-                key = f"{name}/{stat}"
-                if kind == "counter":
-                    values[key] = delta(name) if stat == "delta" else delta(name) / layout.window_s
-                elif kind == "gauge":
-                    per_replica = []
-                    for gauges in inside:
-                        for i, samples in gauges.items():
-                            if names[i] == name and samples.size:
-                                column = samples.tolist()
-                                per_replica.append(
-                                    column[-1]
-                                    if stat == "last"
-                                    else max(column)
-                                    if stat == "max"
-                                    else min(column)
-                                    if stat == "min"
-                                    else math.fsum(column) / len(column)
-                                )
-                    agg = entry.get("agg", "sum")
-                    values[key] = (
-                        math.fsum(per_replica)
-                        if agg == "sum"
-                        else max(per_replica)
-                        if agg == "max"
-                        else min(per_replica)
-                        if agg == "min"
-                        else math.fsum(per_replica) / len(per_replica)
-                    )
+            name = query.name
+            for stat in query.stats:
+                found: dict[tuple[tuple[str, str], ...], float] = {}
+                if query.kind == "counter":
+                    for group, delta in deltas(name, query.by).items():
+                        found[group] = delta if stat == "delta" else delta / layout.window_s
+                elif query.kind == "gauge":
+                    per_series: dict[tuple[tuple[str, str], ...], list[float]] = {}
+                    for (replica, *_), gauges in zip(prepared, inside, strict=True):
+                        for i, (times, column) in gauges.items():
+                            if series[i].name != name or not column:
+                                continue
+                            if query.full_scale is not None and not all(0.0 <= v <= query.full_scale for v in column):
+                                continue  # an impossible utilization: the series is left out of the window
+                            per_series.setdefault(group_of(query.by, i, replica), []).append(
+                                _gauge_statistic(stat, times, column, start, end, query.idle_scale)
+                            )
+                    found = {group: _combine(query.agg, v) for group, v in per_series.items()}
                 else:
-                    count, total = delta(f"{name}_count"), delta(f"{name}_sum")
-                    buckets: dict[float, float] = {}
-                    for (sample, labels), i in index_of.items():
-                        if sample == f"{name}_bucket":
-                            le = float(dict(labels)["le"])
-                            buckets[le] = buckets.get(le, 0.0) + increases[i]
-                    statistic = histogram_statistic(stat, sorted(buckets.items()), total, count)
-                    values[key] = math.nan if statistic is None else statistic
+                    counts, sums = deltas(f"{name}_count", query.by), deltas(f"{name}_sum", query.by)
+                    buckets: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
+                    for replica, i, inc in increases.get(f"{name}_bucket", []):
+                        le = float(series[i].labels["le"])
+                        group = buckets.setdefault(group_of(query.by, i, replica), {})
+                        group[le] = group.get(le, 0.0) + inc
+                    for group, count in counts.items():
+                        statistic = histogram_statistic(stat, sorted(buckets[group].items()), sums[group], count)
+                        found[group] = math.nan if statistic is None else statistic
+                for group, value in found.items():
+                    values[truth_key(query.key_name, stat, dict(group))] = value * query.scale
         out[str(k)] = values
     return out
 
@@ -430,9 +521,8 @@ def _load(directory: Path) -> Dataset | None:
 def truth_between(dataset: Dataset, counter_windows: Mapping[int, tuple[float, float]]) -> dict[str, Any]:
     """:func:`truth` of ``dataset`` with other counter bounds, from its history generated again (deterministic)."""
     series = capture_series()
-    restart = dataset.replicas // 2
-    data = [_replica(r, series, dataset.layout, r == restart) for r in range(dataset.replicas)]
-    return truth(series, data, dataset.layout, counter_windows=counter_windows)
+    return truth(series, replicas_of(dataset.replicas, series, dataset.layout), dataset.layout,
+                 counter_windows=counter_windows)  # fmt: skip
 
 
 def generate(replicas: int, outdir: Path, anchor: float | None = None, *, promtool: str = "promtool") -> Dataset:
@@ -447,7 +537,7 @@ def generate(replicas: int, outdir: Path, anchor: float | None = None, *, promto
     t0 = time.perf_counter()
     series = capture_series()
     restart = replicas // 2
-    data = [_replica(r, series, layout, r == restart) for r in range(replicas)]
+    data = replicas_of(replicas, series, layout)
     t1 = time.perf_counter()
     text = outdir / "history.om.txt"
     size = write_openmetrics(text, series, data)

@@ -74,7 +74,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from bench.backfill import RESTART_WINDOW, Dataset, default_anchor, generate, truth_between
+from bench.backfill import RESTART_WINDOW, Dataset, default_anchor, generate, truth_between, truth_key
 from bench.common import REPO, RESULTS, pyplot, save_figure, write_result
 
 NAME = "promql-scale"
@@ -418,11 +418,6 @@ def _client(url: str, limits: str) -> Any:
     return connect(PrometheusConfig(url=url, **(RAISED_LIMITS if limits == "raised" else {})))
 
 
-def _key(name: str, stat: Any, attributes: dict[str, Any]) -> str:
-    key = f"{name}/{stat}" if stat else name
-    return key + ("" if not attributes else json.dumps(attributes, sort_keys=True))
-
-
 def baseline_design(url: str, limits: str) -> Design:
     """The frozen raw-sample design (:mod:`bench.baselines.raw_promql`)."""
     from bench.baselines.raw_promql import RawPromQLReader
@@ -434,7 +429,7 @@ def baseline_design(url: str, limits: str) -> Design:
         out = {}
         for key, points in reader.produce(window).items():
             for p in points:
-                out[_key(key, p.stat, dict(p.group))] = p.value
+                out[truth_key(key, p.stat, dict(p.group))] = p.value
         return out
 
     return Design("baseline", limits, read, client.close)
@@ -469,7 +464,7 @@ def bridge_design(url: str, limits: str, *, rules: bool = False, boundary_sums: 
             for point in metric.data.data_points:
                 attributes = dict(point.attributes or {})
                 stat = attributes.pop(STAT_ATTRIBUTE, None)
-                out[_key(metric.name, stat, attributes)] = float(getattr(point, "value", math.nan))
+                out[truth_key(metric.name, stat, attributes)] = float(getattr(point, "value", math.nan))
         return out
 
     plan = "rules" if rules else "boundary sums" if producer.store.increase is None else "exact increase"

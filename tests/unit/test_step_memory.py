@@ -1,6 +1,7 @@
 """What a run keeps grows with nothing but its configuration (issue 18 point 4): once the store of the last
-``KEPT_RECORDS`` records (for ``collect()``) is full and the run settled, 1,500 more steps leave nothing behind. The JSONL backend used
-to keep every step it wrote (for its read-back at close): 40 bytes a step, 40 MB over a million steps.
+``KEPT_RECORDS`` records (for ``collect()``) is full and the run settled, 1,500 more steps leave nothing behind. The
+JSONL backend used to keep every step it wrote (for its read-back at close): 40 bytes a step, 40 MB over a million
+steps.
 
 Measured with ``tracemalloc`` on what the bridge's own code allocated and still holds, leaving out the record store
 (bounded by its capacity, its table resizes by tens of KB as records come and go) and everything else in the process.

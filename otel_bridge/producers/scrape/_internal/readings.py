@@ -35,7 +35,7 @@ Which reading stands for a boundary (:meth:`TargetReadings.end_stand`, :meth:`Ta
   counters go on from its last successful reading, so what it counted meanwhile lands in the step where it is read
   again, or, when it came back as a new process (a new start time, or counters that fell), that step counts the new
   process from zero and what the old one counted after its last reading is lost. Every record whose end it was unread
-  at names it.
+  at names it, as does every record of a window that read nothing of it (the rule above).
 
 Once decided, a boundary's reading is kept for every window that shares the boundary, so contiguous windows tile: the
 sum of their deltas is the increase from the first boundary's reading to the last one's.

@@ -84,7 +84,8 @@ def test_a_page_over_the_series_cap_is_refused_and_does_not_stall_the_trainer(
 
 
 def test_scrape_max_series_is_a_config_key(tmp_path: Path) -> None:
-    """A page exactly at the cap (2 series of the configured metrics) is read."""
+    """A page exactly at the cap (2 series of the configured metrics) is read (in a step that lasts until its start's
+    scrape has reached the server: a step over before it read nothing of the target, which is then unread in it)."""
     healthy = HealthyReplica()
     collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{healthy.server.port}"], "sample_interval_s": 0, "max_series": 2}
@@ -92,8 +93,11 @@ def test_scrape_max_series_is_a_config_key(tmp_path: Path) -> None:
         with Bridge.from_config(
             base_config(tmp_path, "cap", scrape=scrape, metrics=METRICS), backends=[collecting]
         ) as b:
+            scraped = len(healthy.server.requests)
             with b.step(0):
-                pass
+                deadline = time.monotonic() + 10
+                while len(healthy.server.requests) == scraped and time.monotonic() < deadline:
+                    time.sleep(0.01)
             b.collect(0)
     finally:
         healthy.server.close()

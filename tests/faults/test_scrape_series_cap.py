@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import base_config, count_logs
+from tests.faults.support import base_config, count_logs, read_step
 from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
@@ -84,8 +84,7 @@ def test_a_page_over_the_series_cap_is_refused_and_does_not_stall_the_trainer(
 
 
 def test_scrape_max_series_is_a_config_key(tmp_path: Path) -> None:
-    """A page exactly at the cap (2 series of the configured metrics) is read (in a step that lasts until its start's
-    scrape has reached the server: a step over before it read nothing of the target, which is then unread in it)."""
+    """A page exactly at the cap (2 series of the configured metrics) is read."""
     healthy = HealthyReplica()
     collecting = BackendDouble()
     scrape = {"targets": [f"127.0.0.1:{healthy.server.port}"], "sample_interval_s": 0, "max_series": 2}
@@ -93,11 +92,8 @@ def test_scrape_max_series_is_a_config_key(tmp_path: Path) -> None:
         with Bridge.from_config(
             base_config(tmp_path, "cap", scrape=scrape, metrics=METRICS), backends=[collecting]
         ) as b:
-            scraped = len(healthy.server.requests)
-            with b.step(0):
-                deadline = time.monotonic() + 10
-                while len(healthy.server.requests) == scraped and time.monotonic() < deadline:
-                    time.sleep(0.01)
+            with read_step(b, 0, healthy.server):
+                pass
             b.collect(0)
     finally:
         healthy.server.close()

@@ -159,3 +159,41 @@ def value_of(stand: Stand) -> float:
     assert stand.reading is not None
     assert stand.reading.families is not None
     return stand.reading.families[NAME].samples[0].value
+
+
+def unread_in(readings: TargetReadings, window: StepWindow) -> dict[str, float]:
+    start = readings.start_stand(window.start) if window.start is not None else None
+    end = readings.end_stand(window.end)
+    assert end is not None
+    read = window_readings({readings.instance: readings}, {readings.instance: (start, end)}, window, {})
+    return read.unread
+
+
+def test_a_reading_taken_after_a_windows_end_never_stands_for_its_start() -> None:
+    """A target read at 0.0, then not again until 5.0 (its scrape in flight over the step (2, 4], or a replacement
+    node agent's first reading): the reading of 5.0 stands for 2.0 (the end of the step before, which takes what was
+    counted until then) and for 4.0, but it was taken after the step (2, 4] ended, so that step read nothing of the
+    target: it is named unread there (seconds since its last reading before the end) and contributes nothing, never
+    a 0 that looks measured. The steps beside it still tile: nothing is counted twice or lost."""
+    readings = target(reading(0.0, 0.01, 10.0), reading(5.0, 5.01, 30.0), reading(6.0, 6.01, 35.0))
+    assert delta(readings, StepWindow(1, 0.0, 2.0)) == 20.0
+    assert unread_in(readings, StepWindow(2, 2.0, 4.0)) == {readings.instance: 4.0}
+    assert delta(readings, StepWindow(2, 2.0, 4.0)) == 0.0
+    assert delta(readings, StepWindow(3, 4.0, 6.0)) == 5.0
+    assert unread_in(readings, StepWindow(3, 4.0, 6.0)) == {}
+
+
+def test_a_first_reading_after_a_windows_end_leaves_the_target_unread_in_it() -> None:
+    """A target of the run since 0.0 (``since``: another reader had it), first read by this reader at 5.0: the
+    window (2, 4] names it unread since it became a target; the next window counts from that reading on."""
+    readings = TargetReadings("127.0.0.1:8000", added=0.0)
+    readings.add(reading(5.0, 5.01, 1_300.0))
+    readings.add(reading(6.0, 6.01, 1_450.0))
+    window = StepWindow(2, 2.0, 4.0)
+    start, end = readings.start_stand(2.0), readings.end_stand(4.0)
+    assert end is not None
+    read = window_readings({readings.instance: readings}, {readings.instance: (start, end)}, window, {})
+    assert read.unread == {readings.instance: 4.0}
+    assert read.counting == {}
+    assert read.lag_s == 0.0  # nothing of it stands for the window: no boundary of it was read late
+    assert delta(readings, StepWindow(3, 4.0, 6.0)) == 150.0

@@ -30,18 +30,6 @@ def count_logs(caplog: pytest.LogCaptureFixture, text: str, level: int = logging
     return sum(1 for r in caplog.records if r.levelno >= level and text in r.getMessage())
 
 
-@contextmanager
-def read_step(bridge: Bridge, step: int, server: ScriptedHTTPServer) -> Iterator[None]:
-    """``bridge.step(step)`` lasting until ``server`` has received a request since the step began (its start's scrape,
-    within 10 s): a step over before its start's scrape was sent read nothing of the target, which is unread in it."""
-    seen = len(server.requests)
-    with bridge.step(step):
-        yield
-        deadline = time.monotonic() + 10
-        while len(server.requests) == seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-
 def rollout_keys(values: dict[str, float]) -> list[str]:
     """The infrastructure keys of a record."""
     return [k for k in values if k.startswith("rollout/")]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import base_config, count_logs, read_step
+from tests.faults.support import base_config, count_logs
 from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import RecordedRequest, Response, ScriptedHTTPServer
 
@@ -92,7 +92,7 @@ def test_scrape_max_series_is_a_config_key(tmp_path: Path) -> None:
         with Bridge.from_config(
             base_config(tmp_path, "cap", scrape=scrape, metrics=METRICS), backends=[collecting]
         ) as b:
-            with read_step(b, 0, healthy.server):
+            with b.step(0):
                 pass
             b.collect(0)
     finally:

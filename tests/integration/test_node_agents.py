@@ -411,7 +411,7 @@ def test_every_step_matches_the_truth(outcome: dict[str, Any]) -> None:
     agent's replicas are checked in the steps between (read by the replacement on their node) and from the one that
     reads them again: a new agent's first reading stands for the boundary before it, read late by as much as that
     step's ``boundary_lag_s`` reports (seconds on the saturated machine, where a new agent's worker process starts
-    slowly); a step that ended before that reading names them unread (it read nothing of them), never a 0."""
+    slowly)."""
     errors = []
     for name, records in outcome["records"].items():
         assert [r["step"] for r in records] == list(range(1, STEPS + 1)), f"{name}: records missing"

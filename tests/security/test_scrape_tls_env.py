@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from tests.faults.support import base_config, count_logs, read_step
+from tests.faults.support import base_config, count_logs
 from tests.helpers.backends import BackendDouble
 from tests.helpers.http_servers import (
     RecordedRequest,
@@ -52,7 +52,7 @@ def test_scrape_tls_is_applied_whatever_the_environment_says(
         scrape = {"targets": [f"https://127.0.0.1:{server.port}/metrics"], "sample_interval_s": 0, "tls": tls}
         config = base_config(tmp_path, "tls", scrape=scrape, metrics=METRICS)
         with Bridge.from_config(config, backends=[collecting]) as bridge:
-            with read_step(bridge, 0, server):
+            with bridge.step(0):
                 pass
             bridge.collect(0)
     assert collecting.by_step()[0][KEY] == 4.0

@@ -20,8 +20,7 @@ What crosses the network per window grows with nodes x configured metrics x labe
 - **Faults**: an agent that died (its process, or its node) leaves its targets unread, named in every record until
   they are read again (``otel_bridge/unread_s/instance.<host:port>``), and is replaced at once on its node while the
   node is alive; the new agent reads them from its first reading on, so what they counted between the dead agent's
-  last window and that reading is in no step (the record says from when), and a window that ended before that
-  reading names them unread too. An agent that does not answer within the
+  last window and that reading is in no step (the record says from when). An agent that does not answer within the
   window's budget leaves its targets unread in that window only.
 """
 

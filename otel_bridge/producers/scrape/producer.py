@@ -14,8 +14,7 @@ boundary needs a new scrape of a target only if none was asked for since it. A w
 reading for its end has answered (or failed), or once the wait the caller allows is nearly over (the step's
 ``delivery.produce_timeout_s``, less a reserve for computing the statistics): a target whose reading has not come by
 then is unread at that boundary, and the others' readings are delivered on time without it. A target unread at a
-window's end, or read by no reading sent before the window ended (``readings``: which reading stands for a start),
-is named in the record (``otel_bridge/unread_s/instance.<host:port>``, ``otel_bridge/targets_unread``)
+window's end is named in the record (``otel_bridge/unread_s/instance.<host:port>``, ``otel_bridge/targets_unread``)
 for as long as it stays unread.
 """
 

@@ -18,15 +18,6 @@ Which reading stands for a boundary (:meth:`TargetReadings.end_stand`, :meth:`Ta
   ``begin_step``/``end_step`` leaving time between steps, or before the run's first step: in that time, which no step
   counts). A reading taken before a boundary never stands for it, so a window never holds what was counted before
   it began.
-- **A reading sent at or after a window's end never stands for its start in that window**
-  (:meth:`TargetReadings.in_window`). When the reading that stands for the start came that late (a scrape in flight
-  over the whole window, so boundaries that came faster than the target answers share its next answer; a target's
-  first reading, or a replacement node agent's, after the window), it is the first one sent after the end too, and
-  the window read nothing of the target: the target is unread in it, carried by its last successful reading before
-  the end, as at a boundary whose reading failed (named; no increase, no gauge sample, no ``boundary_lag_s``), never a
-  0 that looks measured. The reading still stands for both boundaries in the windows beside: the window before takes
-  what was counted until it, when that window read the target (otherwise it is in no step, as for any unread
-  stretch), and the window after counts from it.
 - **A target that joined after a boundary** (discovery found it later: :attr:`TargetReadings.added`) was not a target
   at that boundary: nothing of it stands there (:data:`ABSENT`), decided at once, so a window that ended before it
   came never waits for its reading and never names it unread; a window it joined during takes it from its first
@@ -35,7 +26,7 @@ Which reading stands for a boundary (:meth:`TargetReadings.end_stand`, :meth:`Ta
   counters go on from its last successful reading, so what it counted meanwhile lands in the step where it is read
   again, or, when it came back as a new process (a new start time, or counters that fell), that step counts the new
   process from zero and what the old one counted after its last reading is lost. Every record whose end it was unread
-  at names it, as does every record of a window that read nothing of it (the rule above).
+  at names it.
 
 Once decided, a boundary's reading is kept for every window that shares the boundary, so contiguous windows tile: the
 sum of their deltas is the increase from the first boundary's reading to the last one's.
@@ -187,20 +178,9 @@ class TargetReadings:
     def decide_unread(self, t: float) -> Stand:
         """Decide that nothing of this target's own stands for ``t`` (its reading did not come in time): its last
         successful reading before ``t`` carries its counters on."""
-        return self._stands.setdefault(t, Stand(self.last_ok_before(t), unread=True))
-
-    def in_window(self, window: StepWindow, start: Stand | None, end: Stand) -> tuple[Stand | None, Stand]:
-        """What stands for ``window``'s ``start`` and ``end`` in that window (see the module docstring): the decided
-        stands, unless the start's reading was sent at or after the window's end; then the target is unread at both,
-        carried by its last successful reading before the end. The decided stands are kept for the windows beside."""
-        if start is None or start.unread or start.reading is None or start.reading.sent < window.end:
-            return start, end
-        carried = Stand(self.last_ok_before(window.end), unread=True)
-        return carried, carried
-
-    def last_ok_before(self, t: float) -> Reading | None:
-        """The latest successful reading sent before ``t`` (``None`` when there is none)."""
-        return self._last_ok_before(bisect.bisect_left(self.readings, t, key=lambda r: r.sent))
+        index = bisect.bisect_left(self.readings, t, key=lambda r: r.sent)
+        decided = self._stands.setdefault(t, Stand(self._last_ok_before(index), unread=True))
+        return decided
 
     def _last_ok_before(self, index: int) -> Reading | None:
         return next((r for r in reversed(self.readings[:index]) if r.ok), self.last_ok)
@@ -249,14 +229,13 @@ def window_readings(
     keys: dict[RawKey, SeriesKey],
 ) -> WindowReadings:
     """Samples of ``window`` from each target's readings, ``stands[instance]`` being what stands for its start (or
-    ``None`` without a start) and its end, taken as :meth:`TargetReadings.in_window` says; ``keys`` is a cache of
-    series keys kept between calls."""
+    ``None`` without a start) and its end; ``keys`` is a cache of series keys kept between calls."""
     counting: dict[SeriesKey, tuple[list[Sample], list[float | None]]] = {}
     observed: dict[SeriesKey, tuple[list[Sample], list[float | None]]] = {}
     unread: dict[str, float] = {}
     lag = 0.0
     for instance, target in targets.items():
-        start_stand, end_stand = target.in_window(window, *stands[instance])
+        start_stand, end_stand = stands[instance]
         for boundary, stand in ((window.start, start_stand), (window.end, end_stand)):
             if boundary is None or stand is None or stand.unread or stand.reading is None:
                 continue

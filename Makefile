@@ -108,7 +108,7 @@ typecheck: $(VENV)/.dev-installed
 # so no other worker's test runs on it unplanned (tests/plugins/machine.py). `make test` writes the timings (per test,
 # with each test's fixed sleeps) to .test-times/junit.xml and prints the 50 slowest. Three on 2 cores: most tests wait
 # on wall-clock intervals (scrapes, steps, rule evaluations), not on the CPU (a two-worker run used 42% of the cores).
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder
 TIMES := .test-times

@@ -109,7 +109,7 @@ typecheck: $(VENV)/.dev-installed
 # with each test's fixed sleeps) to .test-times/junit.xml and prints the 50 slowest. Three on 2 cores: most tests wait
 # on wall-clock intervals (scrapes, steps, rule evaluations), not on the CPU (a two-worker run used 42% of the cores).
 PYTEST_WORKERS ?= 3
-CHECK_WORKERS ?= 2
+CHECK_WORKERS ?= 3
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder
 TIMES := .test-times
 
@@ -117,12 +117,13 @@ test: $(VENV)/.dev-installed prometheus-bin faketime peers lint typecheck
 	@mkdir -p $(TIMES)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_PARALLEL) --junitxml=$(TIMES)/junit.xml --durations=50
 
-# The quick tier, for the edit-test loop (its tests: about 5 minutes on 2 cores): lint, types, import layers and the tests that need no
-# server (no Prometheus, peer, collector or Ray: the marker `server` is set by rule, tests/plugins/tiers.py).
 # The per-test seconds of the last `make test`, committed so a fresh clone (CI's) hands out its longest groups first.
 durations:
 	$(BIN)/python -c 'from tests.plugins import tiers; tiers.write_durations()'
 
+# The quick tier, for the edit-test loop: lint, types, import layers and the tests that need no server (no Prometheus,
+# peer, collector or Ray: the marker `server` is set by rule, tests/plugins/tiers.py). Three workers, as `make test`:
+# its tests are CPU-bound but wait on deadlines and subprocesses too (two workers left a quarter of the cores idle).
 check: $(VENV)/.dev-installed lint typecheck
 	$(BIN)/python -m pytest -q -n $(CHECK_WORKERS) $(PYTEST_PARALLEL) -m 'not server'
 

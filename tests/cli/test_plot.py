@@ -55,6 +55,12 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "d"
 
 
+@pytest.fixture(scope="module")
+def default_plot(demo_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Layout, Drawing]:
+    """The demo run's JSONL file plotted in-process with the default keys and size (its 22 panels cost ~3 s a plot)."""
+    return plot(demo_run / "metrics.jsonl", tmp_path_factory.mktemp("default-plot") / "in-process.png")
+
+
 def test_plot_one_panel_per_key_group_at_the_requested_size(demo_run: Path, tmp_path: Path) -> None:
     png = tmp_path / "out.png"
     keys = ["rollout/vllm/generation_tokens_total/*", "rollout/vllm/time_to_first_token_seconds/p99", "actor/loss"]
@@ -87,11 +93,13 @@ def test_plot_one_panel_per_key_group_at_the_requested_size(demo_run: Path, tmp_
     assert sides(layout.panels[0]) == [("left", None)]  # actor/loss states no unit
 
 
-def test_plot_a_jsonl_file_with_default_keys(demo_run: Path, tmp_path: Path) -> None:
+def test_plot_a_jsonl_file_with_default_keys(
+    demo_run: Path, default_plot: tuple[Layout, Drawing], tmp_path: Path
+) -> None:
     png = tmp_path / "all.png"
     done = run_cli(["plot", str(demo_run / "metrics.jsonl"), "-o", str(png)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    layout, drawing = plot(demo_run / "metrics.jsonl", tmp_path / "in-process.png")
+    layout, drawing = default_plot
     panels = len(layout.panels)
     assert read_png(png)[0] == (1200, 60 + math.ceil(panels / 3) * 280)  # the height grows with the panels (issue 26)
     assert f"{panels} panels" in done.stdout
@@ -244,11 +252,15 @@ def test_a_histogram_of_one_observation_a_step_is_one_line_in_one_panel(demo_run
     assert count_axis.ylim[0] < 0 < 1 < count_axis.ylim[1]  # the count that is always 1 shows from 0, not ±0.04
 
 
-def test_titles_stay_inside_the_image_and_clear_of_each_other(demo_run: Path, tmp_path: Path) -> None:
+def test_titles_stay_inside_the_image_and_clear_of_each_other(
+    demo_run: Path, default_plot: tuple[Layout, Drawing], tmp_path: Path
+) -> None:
     """Issue 36 item 11: the default plot's ``rollout/DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds`` title was cut at the
     image's edge (``.../gpus/idle_second``): a long title gives up its leading parts (``…/``) until it fits."""
     for width in (1200, 800):
-        layout, drawing = plot(demo_run, tmp_path / f"titles-{width}.png", width=width)
+        layout, drawing = (
+            default_plot if width == 1200 else plot(demo_run, tmp_path / f"titles-{width}.png", width=width)
+        )
         boxes = [panel.title_box for panel in drawing.panels]
         for panel, drawn in zip(layout.panels, drawing.panels, strict=True):
             box = drawn.title_box
@@ -337,11 +349,16 @@ def test_phases_are_drawn_beside_their_step_and_their_durations_together(tmp_pat
 
 
 def test_too_many_panels_for_the_size_say_so_in_one_line(demo_run: Path, tmp_path: Path) -> None:
-    png = tmp_path / "tiny.png"
-    done = run_cli(["plot", str(demo_run), "-o", str(png), "--width", "300", "--height", "200"], cwd=tmp_path)
+    png, keys = (
+        tmp_path / "tiny.png",
+        ["actor/*", "trainer/*", "rollout/vllm/[gkn]*", "rollout/vllm/time_to_first*/p99"],
+    )
+    done = run_cli(
+        ["plot", str(demo_run), "--keys", *keys, "-o", str(png), "--width", "300", "--height", "200"], cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert read_png(png)[0] == (300, 200)
-    assert "do not fit in 300x200 pixels" in done.stderr
+    assert "panels do not fit in 300x200 pixels" in done.stderr
     assert "UserWarning" not in done.stderr
 
 

@@ -14,9 +14,12 @@ from otel_bridge import Bridge
 from otel_bridge.errors import InvalidStepError, ReservedKeyError
 from tests.faults.support import base_config, count_logs
 from tests.helpers.backends import BackendDouble
+from tests.helpers.imported_when_used import ImportedWhenUsed
 from tests.helpers.wandb_reader import read_history
 
-torch = pytest.importorskip("torch")
+torch = ImportedWhenUsed("torch")
+#: A step given as a 0-d float tensor: made in the test, which imports torch (not every worker's collection).
+FLOAT_TENSOR_STEP = "torch.tensor(1.5)"
 
 
 class BrokenFloat:
@@ -63,9 +66,11 @@ def test_a_value_that_is_not_one_number_loses_its_key_only(tmp_path: Path, caplo
         assert count_logs(caplog, f"trainer metric {key!r}") == 1, key
 
 
-@pytest.mark.parametrize("step", [1.2, 1.0, "3", True, None, torch.tensor(1.5)])
+@pytest.mark.parametrize("step", [1.2, 1.0, "3", True, None, FLOAT_TENSOR_STEP])
 def test_a_step_that_is_not_an_integer_is_refused_at_the_call(tmp_path: Path, step: object) -> None:
     """Finding 12: 1.2 and 1.7 both became step 1; now any non-integer step is a typed error, nothing recorded."""
+    if step == FLOAT_TENSOR_STEP:
+        step = torch.tensor(1.5)
     collecting = BackendDouble()
     with Bridge.from_config(base_config(tmp_path, "steps"), backends=[collecting]) as bridge:
         with pytest.raises(InvalidStepError, match=r"a step must be an integer|not a bool"):

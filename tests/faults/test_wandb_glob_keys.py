@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
+from tests.helpers.imported_when_used import ImportedWhenUsed
 from tests.helpers.offline import block_network
 from tests.helpers.wandb_reader import read_history
 
-wandb = pytest.importorskip("wandb")
+wandb = ImportedWhenUsed("wandb")
 
 KEYS = {"a*b": "a_b", "*b*c": "b_c", "x*": "x*", "loss": "loss"}
 

@@ -24,6 +24,9 @@ They are handed out in this order:
 3. the rest, longest first by the times of the last run on this clone (the JUnit report ``make test`` writes,
    :data:`TIMINGS`) when there is one, else the committed ones (:data:`DURATIONS`), else the directories whose
    modules start servers first, so a long group does not end the run alone on one worker.
+
+Every worker collects every test module, so collection imports none of :data:`HEAVY_MODULES` (a test imports them
+when it runs: ``tests/helpers/imported_when_used.py``); a collection that does fails, naming the module.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import sys
 import threading
 import types
 import xml.etree.ElementTree as ET
@@ -58,6 +62,19 @@ SERVER_HELPERS = frozenset(
 #: Fixtures that start one (``prometheus_version`` parametrizes a test by the Prometheus it starts).
 SERVER_FIXTURES = frozenset(
     {"prometheus", "_prometheus_pair", "warm_pool", "prometheus_version", "ray_cluster", "mlflow_server"}
+)
+#: Modules that cost a process seconds to import (torch alone about 2 CPU-s), which collection must not import.
+HEAVY_MODULES = (
+    "torch",
+    "wandb",
+    "mlflow",
+    "verl",
+    "transformers",
+    "vllm",
+    "ray",
+    "matplotlib",
+    "trackio",
+    "lightning",
 )
 #: Fixtures of one server per run, not per worker: their modules share one worker.
 SESSION_SERVERS = {"ray_cluster": "ray"}
@@ -258,3 +275,30 @@ def pytest_configure(config: pytest.Config) -> None:
         checked = _checked(server_process.start)
         checked._tier_checked = True  # type: ignore[attr-defined]
         server_process.start = checked  # type: ignore[method-assign]
+
+
+# -- the check: collection imports nothing heavy ----------------------------------------------------------------------
+
+_before_collection: set[str] = set()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    _before_collection.update(name for name in HEAVY_MODULES if name in sys.modules)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    imported = [name for name in HEAVY_MODULES if name in sys.modules and name not in _before_collection]
+    if imported:
+        culprits = sorted(
+            str(module.__file__)
+            for module in list(sys.modules.values())
+            if (module.__name__.startswith("tests.") or module.__name__.startswith("test_"))
+            and any(isinstance(value, types.ModuleType) and value.__name__.partition(".")[0] in imported
+                    for value in vars(module).values())
+        )  # fmt: skip
+        raise pytest.UsageError(
+            f"collecting the tests imported {', '.join(imported)}, which every worker then pays for: import "
+            f"{'it' if len(imported) == 1 else 'them'} in the tests that use {'it' if len(imported) == 1 else 'them'} "
+            f"(tests/helpers/imported_when_used.py); module-level names of: {', '.join(culprits) or 'none found'}"
+        )

@@ -21,8 +21,9 @@ import pytest
 from otel_bridge.errors import ConfigError
 from otel_bridge.integrations.verl import Tracking, bridge_config_from_verl
 from tests.cli.support import cli_env
+from tests.helpers.imported_when_used import ImportedWhenUsed
 
-omegaconf = pytest.importorskip("omegaconf")
+omegaconf = ImportedWhenUsed("omegaconf")
 
 SECTION = "actor_rollout_ref.rollout.prometheus"
 

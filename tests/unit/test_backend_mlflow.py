@@ -16,12 +16,18 @@ from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.mlflow import MAX_METRICS_PER_BATCH, MlflowBackend, mlflow_key_problem
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.record import StepRecord
+from tests.helpers.imported_when_used import ImportedWhenUsed
 from tests.helpers.offline import T0, block_network, make_records
 
-mlflow = pytest.importorskip("mlflow")
-from mlflow.entities import Metric  # noqa: E402
-from mlflow.exceptions import MlflowException  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+mlflow = ImportedWhenUsed("mlflow")
+mlflow_entities = ImportedWhenUsed("mlflow.entities")
+mlflow_exceptions = ImportedWhenUsed("mlflow.exceptions")
+mlflow_tracking = ImportedWhenUsed("mlflow.tracking")
+
+
+def mlflow_types() -> dict[str, Any]:
+    """The MLflow types a backend built by hand is given (``create_backend`` passes the same)."""
+    return {"metric_type": mlflow_entities.Metric, "mlflow_error": mlflow_exceptions.MlflowException}
 
 
 @pytest.fixture(autouse=True)
@@ -32,11 +38,12 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     attempts = block_network(monkeypatch)
+    active_run, end_run = mlflow.active_run, mlflow.end_run  # a test may hide mlflow (sys.modules) until teardown
     try:
         yield
     finally:
-        while mlflow.active_run() is not None:
-            mlflow.end_run()
+        while active_run() is not None:
+            end_run()
     assert attempts == [], f"mlflow tried to reach the network: {attempts}"
 
 
@@ -75,7 +82,7 @@ def test_200_steps_read_back_complete_ordered_and_exact(tracking_uri: str, run_d
     backend.close()
     backend.close()
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_tracking.MlflowClient(tracking_uri=tracking_uri)
     run = client.get_run(backend.run_id)
     assert run.info.status == "FINISHED", "the bridge ends the run it created"
     assert run.info.run_name == "demo-run"
@@ -105,7 +112,7 @@ def test_a_record_with_more_than_1000_keys_is_split_into_batches(
     backend.write(StepRecord(step=3, values=values, time=T0, window_start=None))
     backend.close()
     assert sizes == [1000, 1000, 500]
-    run = MlflowClient(tracking_uri=tracking_uri).get_run(backend.run_id)
+    run = mlflow_tracking.MlflowClient(tracking_uri=tracking_uri).get_run(backend.run_id)
     assert run.data.metrics == values
 
 
@@ -120,13 +127,13 @@ class FlakyClient:
     def log_batch(self, run_id: str, metrics: list[Any], synchronous: bool) -> None:
         self.calls += 1
         if self.calls == self.fail_call:
-            raise MlflowException("simulated: database is locked")
+            raise mlflow_exceptions.MlflowException("simulated: database is locked")
         self.batches.append([m.key for m in metrics])
 
 
 def test_a_retried_record_resumes_after_the_batches_already_logged() -> None:
     client = FlakyClient(fail_call=2)
-    backend = MlflowBackend(client, "r1", owns_run=False, metric_type=Metric, mlflow_error=MlflowException)
+    backend = MlflowBackend(client, "r1", owns_run=False, **mlflow_types())
     values = {f"k{i:04d}": float(i) for i in range(2500)}
     record = StepRecord(step=1, values=values, time=T0, window_start=None)
     with pytest.raises(BackendError, match=r"cannot log step 1 \(batch 2 of 3\) to run r1: .*database is locked"):
@@ -139,7 +146,7 @@ def test_a_retried_record_resumes_after_the_batches_already_logged() -> None:
 
 
 def test_logs_into_run_id_and_never_ends_it(tracking_uri: str, run_dir: Path) -> None:
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_tracking.MlflowClient(tracking_uri=tracking_uri)
     experiment_id = client.create_experiment("trainer-exp")
     trainer_run = client.create_run(experiment_id, run_name="trainer")
     client.log_metric(trainer_run.info.run_id, "trainer/own", 1.5, step=1)
@@ -169,7 +176,7 @@ def test_logs_into_the_active_run_and_never_ends_it(
     assert mlflow.active_run() is not None
     mlflow.log_metric("trainer/after", 2.0, step=2)
     mlflow.end_run()
-    run = MlflowClient(tracking_uri=tracking_uri).get_run(active.info.run_id)
+    run = mlflow_tracking.MlflowClient(tracking_uri=tracking_uri).get_run(active.info.run_id)
     assert run.data.metrics["actor/loss"] == 1.0
     assert run.data.metrics["trainer/after"] == 2.0
 
@@ -206,7 +213,7 @@ def test_an_unknown_run_id_is_a_backend_error(tracking_uri: str, run_dir: Path) 
 def test_invalid_keys_are_refused_naming_the_key(key: str, problem: str) -> None:
     assert problem in (mlflow_key_problem(key) or "")
     client = FlakyClient(fail_call=0)
-    backend = MlflowBackend(client, "r1", owns_run=False, metric_type=Metric, mlflow_error=MlflowException)
+    backend = MlflowBackend(client, "r1", owns_run=False, **mlflow_types())
     with pytest.raises(BackendError, match=rf"metric key {key!r}".replace("{", "\\{").replace("}", "\\}")[:60]):
         backend.write(StepRecord(step=1, values={"ok": 1.0, key: 2.0}, time=T0, window_start=None))
     assert client.batches == [], "nothing of the record is logged"
@@ -219,13 +226,13 @@ def test_valid_keys_pass(key: str) -> None:
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_non_finite_values_are_refused(bad: float) -> None:
-    backend = MlflowBackend(FlakyClient(0), "r1", owns_run=False, metric_type=Metric, mlflow_error=MlflowException)
+    backend = MlflowBackend(FlakyClient(0), "r1", owns_run=False, **mlflow_types())
     with pytest.raises(BackendError, match=r"metric 'b' is"):
         backend.write(StepRecord(step=1, values={"a": 1.0, "b": bad}, time=T0, window_start=None))
 
 
 def test_write_after_close_fails() -> None:
-    backend = MlflowBackend(FlakyClient(0), "r1", owns_run=False, metric_type=Metric, mlflow_error=MlflowException)
+    backend = MlflowBackend(FlakyClient(0), "r1", owns_run=False, **mlflow_types())
     backend.close()
     with pytest.raises(BackendError, match="is closed"):
         backend.write(make_records(1)[0])

@@ -21,10 +21,11 @@ from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.backends.wandb import STEP_KEY, WandbBackend, define_metric_name
 from otel_bridge.exporters.record import StepRecord
+from tests.helpers.imported_when_used import ImportedWhenUsed
 from tests.helpers.offline import T0, block_network, make_records
 from tests.helpers.wandb_reader import leet_available, read_history, read_metric_definitions
 
-wandb = pytest.importorskip("wandb")
+wandb = ImportedWhenUsed("wandb")
 
 WANDB_FIELDS = {"_step", "_runtime", "_timestamp"}
 

@@ -1,10 +1,11 @@
 """The suite's own rules (tests/plugins/): fixed sleeps are accounted and bounded per test, a test that starts a
-server is marked ``server`` (left out of ``make check``) by rule, or fails, and a test saturating the machine runs
-beside no other worker's test."""
+server is marked ``server`` (left out of ``make check``) by rule, or fails, a test saturating the machine runs
+beside no other worker's test, and collecting the tests imports nothing heavy."""
 
 from __future__ import annotations
 
 import json
+import sys
 import types
 
 import pytest
@@ -174,6 +175,26 @@ def test_a_test_saturating_the_machine_unmarked_fails(pytester: pytest.Pytester)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_saturates_unmarked saturates the machine but is not marked `saturates`*"])
+
+
+def test_a_test_module_importing_a_heavy_module_at_collection_fails_naming_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every worker collects every module: a module-level ``import torch`` costs each of them the import."""
+    monkeypatch.setattr(tiers, "HEAVY_MODULES", ("otel_bridge_heavy_stand_in",))
+    monkeypatch.delitem(sys.modules, "otel_bridge_heavy_stand_in", raising=False)  # and gone again afterwards
+    pytester.syspathinsert()
+    pytester.makeconftest('pytest_plugins = ["tests.plugins.tiers"]')
+    pytester.makepyfile(
+        otel_bridge_heavy_stand_in="X = 1",
+        test_light="def test_light():\n    pass\n",
+        test_heavy="import otel_bridge_heavy_stand_in\n\n\ndef test_heavy():\n    pass\n",
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "test_light.py")
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*collecting the tests imported otel_bridge_heavy_stand_in*test_heavy.py*"])
 
 
 def test_no_two_test_modules_share_a_name() -> None:

@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from otel_bridge import Bridge
+from tests.helpers.imported_when_used import ImportedWhenUsed
 from tests.helpers.offline import block_network
 from tests.helpers.wandb_reader import read_history
 
-mlflow_tracking = pytest.importorskip("mlflow.tracking")
+mlflow_tracking = ImportedWhenUsed("mlflow.tracking")
+event_accumulator = ImportedWhenUsed("tensorboard.backend.event_processing.event_accumulator")
 
 VERL_KEYS = (
     "val-core/gsm8k/reward/mean@1",  # verl's process_validation_metrics: <var>/mean@<n>
@@ -34,7 +35,7 @@ MLFLOW_NAMES = {
 
 
 def _tensorboard_tags(logdir: Path) -> set[str]:
-    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     acc.Reload()
     return set(acc.Tags()["scalars"])
 

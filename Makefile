@@ -4,9 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-# The clone's own modules and the tests' assertion rewrites are cached in __pycache__ (ignored by git), as Python does by
-# default: with PYTHONDONTWRITEBYTECODE set in the environment (as on CI) each of the suite's processes would compile
-# them again (pytest's collection: 18 s -> 11 s per worker).
+# What the processes make starts import is compiled once and cached in __pycache__, as Python does by default: the
+# clone's own modules, the tests' assertion rewrites and the venv's installed modules. With PYTHONDONTWRITEBYTECODE set
+# in the environment (as on CI) each of the suite's hundreds of processes (workers, producer children, Ray workers,
+# CLI runs) would compile what it imports every time: measured 2-4x the import time (torch 1.65 -> 3.8 s of CPU,
+# mlflow 1.5 -> 4.3 s; pytest's collection 18 -> 11 s per worker).
 unexport PYTHONDONTWRITEBYTECODE
 
 # Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the installs (network,
@@ -14,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # progress until pytest ends.
 MAKEFLAGS += --jobs=2
 
-.PHONY: demo test check durations lint typecheck prometheus-bin faketime peers peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm clean soak bench
+.PHONY: demo test pytest check pytest-quick durations lint typecheck debian-packages peers peer-prometheus3 peer-otelcol peer-victoriametrics peer-vllm clean soak bench
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "otel-bridge needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -24,12 +26,11 @@ $(BIN)/python:
 # links packages from its cache (~/.cache/uv, UV_CACHE_DIR moves it), so the dev extras' several GB (torch, ray,
 # verl, mlflow) are downloaded once per machine and every later clone installs them in seconds (measured: pip 190 s
 # a clone; uv 42 s cold, 10 s warm). Stamps record which extras are installed, so repeated runs skip the install.
-# --compile-bytecode: uv, unlike pip, leaves the installed modules uncompiled, and with PYTHONDONTWRITEBYTECODE set (as
-# on CI) every Python process would compile what it imports, every time: measured 2-4x the import time (torch 1.65 ->
-# 3.8 s of CPU, mlflow 1.5 -> 4.3 s), paid again by each of the suite's hundreds of processes (workers, producer
-# children, Ray workers, CLI runs). Compiling once costs about 70 s of CPU per venv.
+# uv leaves the installed modules uncompiled, and the first process importing one compiles it (above): the suite's
+# imports (torch, mlflow, wandb, ray, verl, transformers, ...) cost 16 s of CPU once per clone, where compiling the
+# whole venv at install (--compile-bytecode) took 49 of a warm install's 57 s, on every clone.
 UV_VERSION ?= 0.13.9
-UV := $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode
+UV := $(BIN)/uv pip install --python $(BIN)/python --quiet
 
 $(BIN)/uv: | $(BIN)/python
 	$(PIP) install 'uv==$(UV_VERSION)'
@@ -48,31 +49,31 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/uv
 demo: $(VENV)/.demo-installed
 	$(BIN)/otel-bridge demo
 
-# The integration tests start a real Prometheus (Debian package `prometheus`).
-prometheus-bin:
-	@if [ -n "$$PROMETHEUS_BIN" ] || command -v prometheus >/dev/null 2>&1; then exit 0; fi; \
-	echo "prometheus binary not found: installing the Debian package 'prometheus'"; \
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-		echo "error: cannot install Prometheus here (needs root and apt-get)." >&2; \
-		echo "Install it yourself (sudo apt-get install prometheus) or set PROMETHEUS_BIN=/path/to/prometheus." >&2; \
+# The Debian packages the tests use, installed by one apt-get (make runs two jobs, and two apt-gets at once fail on
+# dpkg's lock): `prometheus`, required (the integration tests' Prometheus 2.42 and promtool; PROMETHEUS_BIN names
+# another binary), and `faketime`, wanted (libfaketime: tests/faults/test_clock_offset.py and the soak's part 7 move a
+# trainer's clock against Prometheus'; without it they skip, saying why).
+LIBFAKETIME := /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300
+
+debian-packages:
+	@need=""; want=""; faketime() { for f in $(LIBFAKETIME); do [ -e "$$f" ] && return 0; done; return 1; }; \
+	if [ -z "$$PROMETHEUS_BIN" ] && ! command -v prometheus >/dev/null 2>&1; then need=prometheus; fi; \
+	if ! faketime; then want=faketime; fi; \
+	if [ -z "$$need$$want" ]; then exit 0; fi; \
+	echo "installing the Debian packages: $$need $$want"; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		$(APT_GET) update && $(APT_GET) install -y --no-install-recommends $$need $$want >/dev/null; \
+	else \
+		echo "cannot install Debian packages here (needs root and apt-get)" >&2; \
+	fi; \
+	if [ -n "$$need" ] && ! command -v prometheus >/dev/null 2>&1; then \
+		echo "error: no Prometheus: install it yourself (sudo apt-get install prometheus) or set PROMETHEUS_BIN=/path/to/prometheus." >&2; \
 		exit 1; \
 	fi; \
-	DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || \
-	{ echo "error: 'apt-get install prometheus' failed; see the output above." >&2; exit 1; }
-
-# libfaketime (Debian package 'faketime'): tests/faults/test_clock_offset.py runs a trainer with its clock moved
-# against Prometheus' (the test skips, saying why, without it).
-faketime:
-	@if [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ]; then exit 0; fi; \
-	echo "libfaketime not found: installing the Debian package 'faketime'"; \
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-		echo "warning: cannot install faketime here (needs root and apt-get): the clock-offset tests will skip." >&2; \
-		exit 0; \
-	fi; \
-	DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null || \
-	echo "warning: 'apt-get install faketime' failed (see above): the clock-offset tests will skip." >&2
+	if [ -n "$$want" ] && ! faketime; then \
+		echo "warning: no libfaketime (sudo apt-get install faketime): the clock-offset tests will skip." >&2; \
+	fi
 
 # The peers: servers the tests talk to, built into a cache outside the clone, ~/.cache/otel-bridge/peers
 # (OTEL_BRIDGE_PEERS moves it); rebuilt only when missing or when their recipe changed. Prometheus 3.16, the
@@ -113,7 +114,12 @@ CHECK_WORKERS ?= 3
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder
 TIMES := .test-times
 
-test: $(VENV)/.dev-installed prometheus-bin faketime peers lint typecheck
+# pytest runs beside lint and typecheck (make's second job): either fails `make test` all the same, and their CPU
+# (mypy's, from a new clone's empty cache, mostly) costs a suite that mostly waits on wall-clock intervals little of its
+# time, where before the suite waited for them.
+test: pytest lint typecheck
+
+pytest: $(VENV)/.dev-installed debian-packages peers
 	@mkdir -p $(TIMES)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_PARALLEL) --junitxml=$(TIMES)/junit.xml --durations=50
 
@@ -124,7 +130,9 @@ durations:
 # The quick tier, for the edit-test loop: lint, types, import layers and the tests that need no server (no Prometheus,
 # peer, collector or Ray: the marker `server` is set by rule, tests/plugins/tiers.py). Three workers, as `make test`:
 # its tests are CPU-bound but wait on deadlines and subprocesses too (two workers left a quarter of the cores idle).
-check: $(VENV)/.dev-installed lint typecheck
+check: pytest-quick lint typecheck
+
+pytest-quick: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest -q -n $(CHECK_WORKERS) $(PYTEST_PARALLEL) -m 'not server'
 
 clean:
@@ -133,9 +141,9 @@ clean:
 # 20,000 PromQL-path steps with periodic faults (RSS/threads/fds watched), then a trickling and a redirecting scrape
 # target, a full disk under the JSONL tracker, SIGTERM at random points; delivered/expected per fault and backend.
 # See soak/README.md; exits 1 when a check fails.
-soak: $(VENV)/.dev-installed prometheus-bin
+soak: $(VENV)/.dev-installed debian-packages
 	$(BIN)/python -m soak.soak --steps 20000
 
 # Benchmarks (not part of `make test`): writes bench/results/*.json and *.png; see bench/README.md.
-bench: $(VENV)/.dev-installed prometheus-bin
+bench: $(VENV)/.dev-installed debian-packages
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

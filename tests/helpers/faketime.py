@@ -1,4 +1,4 @@
-"""A process with its wall clock moved: Debian's libfaketime (package ``faketime``, ``make faketime``).
+"""A process with its wall clock moved: Debian's libfaketime (package ``faketime``, ``make debian-packages``).
 
 Used by tests/faults/test_clock_offset.py and the soak's clock-offset part (soak/clock_offset.py) to run a trainer on
 a node whose clock disagrees with the store's. Two workarounds for libfaketime 0.9.10 are part of the contract:
@@ -28,7 +28,7 @@ def libfaketime() -> Path | None:
 
 def missing_reason() -> str:
     """Why a clock cannot be moved here (when :func:`libfaketime` is None)."""
-    return f"libfaketime is not installed (no {LIBFAKETIME}): make faketime installs it"
+    return f"libfaketime is not installed (no {LIBFAKETIME}): make debian-packages installs it"
 
 
 def environment(library: Path, store_ahead_s: float, pythonpath: Path) -> dict[str, str]:

@@ -1,10 +1,12 @@
 """The suite's own rules (tests/plugins/): fixed sleeps are accounted and bounded per test, a test that starts a
 server is marked ``server`` (left out of ``make check``) by rule, or fails, a test saturating the machine runs
-beside no other worker's test, and collecting the tests imports nothing heavy."""
+beside no other worker's test, collecting the tests imports nothing heavy, and one make target installs the Debian
+packages."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
@@ -103,6 +105,7 @@ def test_starts_prometheus(tmp_path):
 
 SATURATING = """
 import json
+import re
 import os
 import time
 
@@ -205,3 +208,27 @@ def test_no_two_test_modules_share_a_name() -> None:
     for path in sorted((tiers.ROOT / "tests").rglob("test_*.py")):
         modules.setdefault(path.name, []).append(str(path.relative_to(tiers.ROOT)))
     assert not {name: paths for name, paths in modules.items() if len(paths) > 1}
+
+
+def make_recipes(makefile: str) -> dict[str, str]:
+    """Each target of ``makefile`` (its text) with its recipe, the variables it names expanded one level."""
+    variables = dict(re.findall(r"^([A-Z_]+) *[:?]?= *(.*)$", makefile, flags=re.MULTILINE))
+    recipes: dict[str, str] = {}
+    target = None
+    for line in makefile.splitlines():
+        if line.startswith("\t") and target is not None:
+            recipes[target] += re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables.get(m[1], m[0]), line) + "\n"
+        elif (defined := re.match(r"^([^\s:=#][^:=]*):(?!=)", line)) is not None:
+            target = defined[1]
+            recipes.setdefault(target, "")
+        elif not line.startswith("\t"):
+            target = None
+    return recipes
+
+
+def test_one_make_target_installs_debian_packages() -> None:
+    """``make`` runs two jobs, and two ``apt-get`` at once fail on dpkg's lock: on a new machine faketime's install
+    failed beside Prometheus', and the clock-offset tests skipped."""
+    recipes = make_recipes((tiers.ROOT / "Makefile").read_text(encoding="utf-8"))
+    assert "apt-get" in recipes["debian-packages"]
+    assert [target for target, recipe in recipes.items() if "apt-get" in recipe] == ["debian-packages"]

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
 # What the processes make starts import is compiled once and cached in __pycache__, as Python does by default: the
-# clone's own modules, the tests' assertion rewrites and the venv's installed modules. With PYTHONDONTWRITEBYTECODE set
+# clone's own modules and the tests' assertion rewrites (the venv's are compiled at install). With PYTHONDONTWRITEBYTECODE set
 # in the environment (as on CI) each of the suite's hundreds of processes (workers, producer children, Ray workers,
 # CLI runs) would compile what it imports every time: measured 2-4x the import time (torch 1.65 -> 3.8 s of CPU,
 # mlflow 1.5 -> 4.3 s; pytest's collection 18 -> 11 s per worker).
@@ -26,11 +26,12 @@ $(BIN)/python:
 # links packages from its cache (~/.cache/uv, UV_CACHE_DIR moves it), so the dev extras' several GB (torch, ray,
 # verl, mlflow) are downloaded once per machine and every later clone installs them in seconds (measured: pip 190 s
 # a clone; uv 42 s cold, 10 s warm). Stamps record which extras are installed, so repeated runs skip the install.
-# uv leaves the installed modules uncompiled, and the first process importing one compiles it (above): the suite's
-# imports (torch, mlflow, wandb, ray, verl, transformers, ...) cost 16 s of CPU once per clone, where compiling the
-# whole venv at install (--compile-bytecode) took 49 of a warm install's 57 s, on every clone.
+# --compile-bytecode: uv leaves the installed modules uncompiled. Compiling the whole venv takes 49 of a warm install's
+# 57 s, on every clone; leaving it to the first process importing a module (above) was tried and measured worse: the
+# suite's first Ray workers, test processes and verl's trainer then compiled torch, verl and the rest side by side,
+# and test_verl_async's timing-sensitive sync failed in both runs that did it (cc12, cc13), never in the runs before.
 UV_VERSION ?= 0.13.9
-UV := $(BIN)/uv pip install --python $(BIN)/python --quiet
+UV := $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode
 
 $(BIN)/uv: | $(BIN)/python
 	$(PIP) install 'uv==$(UV_VERSION)'

@@ -50,6 +50,12 @@ IDLE = "rollout/vllm/num_requests_running/servers/idle_seconds"
 AWAKE = "rollout/vllm/engine_sleep_state/min/sleep_state.awake"  # servers awake at every sample
 ASLEEP = "rollout/vllm/engine_sleep_state/max/sleep_state.weights_offloaded"
 VAL_KEY = "val-core/gsm8k/reward/mean@1"
+SYNC_S = 1.0  # the weight sync: the rollout servers sleep this long, one after the other, inside its phase
+SAMPLE_INTERVAL_S = 0.1  # scrape.sample_interval_s
+# The servers' idle server-seconds in the sync's phase: each slept SYNC_S inside it, and each edge of a sleep is seen to
+# within a sample interval. Not the phase's length: the phase also holds the sleep and wake-up requests, while a
+# server is still or already generating (0.29 s of a 1.29 s phase on a loaded run).
+SLEPT_IDLE_S = 2 * (SYNC_S - 2 * SAMPLE_INTERVAL_S)
 
 RUNNER_SCRIPT = textwrap.dedent(
     """
@@ -62,7 +68,7 @@ RUNNER_SCRIPT = textwrap.dedent(
         sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
     )
     ray.init(address=address, runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
-    SYNC_S = 1.0  # the weight sync: the rollout servers sleep this long
+    SYNC_S = @SYNC_S@  # the weight sync: the rollout servers sleep this long
     WORK_S = {"reward": 0.1, "old_log_prob": 0.1, "adv": 0.05, "update_actor": 0.3}
 
     def sync_weights(bases):
@@ -270,7 +276,7 @@ RUNNER_SCRIPT = textwrap.dedent(
     with open(out, "w") as f:
         json.dump(result, f)
     """
-)
+).replace("@SYNC_S@", repr(SYNC_S))
 
 
 def compose(config_dir: Path, name: str, overrides: list[str]) -> Any:
@@ -355,7 +361,7 @@ def async_runs(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
         bridge_yaml.write_text(
             yaml.safe_dump(
                 {
-                    "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": 0.1},
+                    "scrape": {"targets": [r.url for r in replicas], "sample_interval_s": SAMPLE_INTERVAL_S},
                     "metrics": [{"preset": "vllm"}],
                     "run": {"dir": str(tmp / "runs")},
                 }
@@ -447,8 +453,7 @@ def test_fully_async_trainer_one_record_per_sync_cycle_with_the_waits_and_the_we
         # the rollout side meanwhile: generating while the trainer waits and while it updates, asleep for the sync
         assert f"phase/wait_for_rollouts/{TOKENS}" in record  # tokens while the trainer waited: 0 if it did not
         assert record[f"phase/update_actor/{TOKENS}"] > 0  # the servers generate while the trainer updates
-        sync_s = record["phase/update_weights/seconds"]
-        assert record[f"phase/update_weights/{IDLE}"] >= 0.8 * 2 * sync_s, "both servers idle through the sync"
+        assert record[f"phase/update_weights/{IDLE}"] >= SLEPT_IDLE_S, "both servers idle through the sync"
         assert record[f"phase/update_weights/{AWAKE}"] == 0
         assert record[f"phase/update_weights/{ASLEEP}"] == 2
         assert record[f"phase/update_actor/{IDLE}"] <= 0.2 * 2 * record["phase/update_actor/seconds"]
@@ -479,4 +484,4 @@ def test_one_step_off_trainer_waits_for_the_batch_generated_during_the_previous_
         assert record["phase/update_weights/seconds"] == pytest.approx(record["timing_s/update_weights"], abs=0.05)
         assert record["timing_s/generate_async"] > 0  # verl's own timing of the generation, which is no phase
         assert record[f"phase/update_actor/{TOKENS}"] > 0
-        assert record[f"phase/update_weights/{IDLE}"] >= 0.8 * 2 * record["phase/update_weights/seconds"]
+        assert record[f"phase/update_weights/{IDLE}"] >= SLEPT_IDLE_S

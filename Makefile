@@ -5,10 +5,10 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
 # What the processes make starts import is compiled once and cached in __pycache__, as Python does by default: the
-# clone's own modules and the tests' assertion rewrites (the venv's are compiled at install). With PYTHONDONTWRITEBYTECODE set
-# in the environment (as on CI) each of the suite's hundreds of processes (workers, producer children, Ray workers,
-# CLI runs) would compile what it imports every time: measured 2-4x the import time (torch 1.65 -> 3.8 s of CPU,
-# mlflow 1.5 -> 4.3 s; pytest's collection 18 -> 11 s per worker).
+# clone's own modules and the tests' assertion rewrites (the venv's are compiled at install). With
+# PYTHONDONTWRITEBYTECODE set in the environment (as on CI) each of the suite's hundreds of processes (workers,
+# producer children, Ray workers, CLI runs) would compile what it imports every time: measured 2-4x the import time
+# (torch 1.65 -> 3.8 s of CPU, mlflow 1.5 -> 4.3 s; pytest's collection 18 -> 11 s per worker).
 unexport PYTHONDONTWRITEBYTECODE
 
 # Independent prerequisites build side by side: on a new machine the Go peers (CPU) beside the installs (network,

@@ -105,7 +105,6 @@ def test_starts_prometheus(tmp_path):
 
 SATURATING = """
 import json
-import re
 import os
 import time
 

@@ -125,8 +125,13 @@ def test_phase_windows_count_the_traffic_inside_each_phase_on_the_scrape_path(
         for replica, count in zip(replicas, counts, strict=True):
             replica.wait_for_scrapes(count + 3)
 
+    def sampled() -> None:  # a reading of every replica sent after the phase's traffic, inside the phase
+        counts = [replica.scrapes for replica in replicas]
+        for replica, count in zip(replicas, counts, strict=True):
+            replica.wait_for_scrapes(count + 2)
+
     with Bridge.from_config(config) as bridge:
-        truths = [run_step(bridge, step, replicas, settle, lambda: None) for step in range(3)]
+        truths = [run_step(bridge, step, replicas, settle, sampled) for step in range(3)]
     for step, truth in enumerate(truths):
         check(values(bridge, step), truth)
 

@@ -63,7 +63,7 @@ def expected_record(
     entries: Sequence[dict[str, Any]], befores: Sequence[Samples], afters: Sequence[Samples], seconds: float
 ) -> dict[str, float]:
     """Each entry's statistics from the raw samples: counters and histograms from the per-series increases, gauges from
-    the closing sample of each series (the only one inside the window without in-step sampling)."""
+    the "after" sample of each series (in a window whose one reading is of the "after" texts)."""
     expected: dict[str, float] = {}
     for entry in entries:
         name, by, key_name = entry["name"], list(entry.get("by", [])), entry.get("alias")
@@ -122,10 +122,13 @@ def endpoints() -> Iterator[list[SwitchableEndpoint]]:
             served.server.stop()
 
 
-def run_step(
+def run_steps(
     tmp_path: Path, served: Sequence[SwitchableEndpoint], texts: Sequence[tuple[str, str]], metric: dict[str, Any]
-) -> tuple[dict[str, float], float]:
-    """One step from the "before" texts to the "after" texts; the record and its window's seconds."""
+) -> tuple[tuple[dict[str, float], float], tuple[dict[str, float], float]]:
+    """Step 0 from the "before" texts to the "after" texts, then step 1 on the "after" texts; each record and its
+    window's seconds. Step 0's counters and histograms span the two texts; step 1's gauges are the "after" texts',
+    from the readings taken inside it at its boundaries and its phase's (no in-step sampling; the reading at a
+    window's end is taken after it: the next window's)."""
     for endpoint, (before, _) in zip(served, texts, strict=True):
         endpoint.text = before
     config = {
@@ -134,17 +137,44 @@ def run_step(
         "naming": {"infra_prefix": ""},
         "run": {"name": "captures", "dir": str(tmp_path)},
     }
+    steps = []
     with Bridge.from_config(config) as bridge:
         bases = [e.scrapes for e in served]
         with bridge.step(0):
             for endpoint, base, (_, after) in zip(served, bases, texts, strict=True):
                 endpoint.wait_for_scrapes(base + 1)  # the start boundary saw the "before" text
                 endpoint.text = after
-        values = bridge.collect(0)
-        record = bridge.record(0)
-    assert record is not None
-    assert record.window_start is not None
-    return values, record.time - record.window_start
+        with bridge.step(1):
+            with bridge.phase("held"):
+                bases = [e.scrapes for e in served]
+                for endpoint, base in zip(served, bases, strict=True):
+                    endpoint.wait_for_scrapes(base + 1)  # one reading under way at the phase's start or taken for it
+            for endpoint, base in zip(served, bases, strict=True):
+                endpoint.wait_for_scrapes(base + 2)  # the phase's end's: the one before it has answered
+        for step in (0, 1):
+            values = bridge.collect(step)
+            record = bridge.record(step)
+            assert record is not None
+            assert record.window_start is not None
+            steps.append((values, record.time - record.window_start))
+    return steps[0], steps[1]
+
+
+def expected_steps(
+    entries: Sequence[dict[str, Any]],
+    befores: Sequence[Samples],
+    afters: Sequence[Samples],
+    counted: tuple[dict[str, float], float],
+    held: tuple[dict[str, float], float],
+    missing: int = 0,
+) -> None:
+    """Checks :func:`run_steps`' records: step 0's counters and histograms, step 1's gauges."""
+    gauges = [e for e in entries if e["type"] == "gauge"]
+    others = [e for e in entries if e["type"] != "gauge"]
+    if others:
+        check(counted[0], expected_record(others, befores, afters, counted[1]), missing)
+    if gauges:
+        check(held[0], expected_record(gauges, befores, afters, held[1]), missing)
 
 
 def check(values: dict[str, float], expected: dict[str, float], missing: int = 0) -> None:
@@ -165,9 +195,8 @@ def test_preset_reports_what_the_fixture_implies(
     for entry in entries:
         family = entry["name"].removesuffix("_total") if entry["name"] not in present else entry["name"]
         assert declared_types(after).get(family) == entry["type"], (entry["name"], "not in the fixture as its type")
-    values, seconds = run_step(tmp_path, endpoints[:1], [(before, after)], {"preset": preset})
-    expected = expected_record(entries, [parse(before)], [parse(after)], seconds)
-    check(values, expected, missing=len(PRESETS[preset]) - len(entries))
+    counted, held = run_steps(tmp_path, endpoints[:1], [(before, after)], {"preset": preset})
+    expected_steps(entries, [parse(before)], [parse(after)], counted, held, missing=len(PRESETS[preset]) - len(entries))
 
 
 @pytest.mark.parametrize("by", [[], ["Hostname"]])
@@ -177,19 +206,19 @@ def test_dcgm_preset_per_node_and_for_the_whole_run(
     texts = [fixture("dcgm"), fixture("dcgm", host="gpu-node-1")]
     for entry in PRESETS["dcgm"]:
         assert declared_types(texts[0][1]).get(entry["name"]) == entry["type"], entry["name"]
-    values, seconds = run_step(tmp_path, endpoints, texts, {"preset": "dcgm", "by": by})
+    counted, held = run_steps(tmp_path, endpoints, texts, {"preset": "dcgm", "by": by})
     entries = [{**e, "by": by} for e in PRESETS["dcgm"]]
-    expected = expected_record(entries, [parse(b) for b, _ in texts], [parse(a) for _, a in texts], seconds)
-    check(values, expected)
+    expected_steps(entries, [parse(b) for b, _ in texts], [parse(a) for _, a in texts], counted, held)
+    (values, _), (gauges, seconds) = counted, held
     if by:
-        assert values["DCGM_FI_DEV_GPU_UTIL/mean/Hostname.gpu-node-1"] == pytest.approx((97 + 91 + 85 + 79) / 4)
-        assert values["DCGM_FI_DEV_GPU_UTIL/busiest_gpu/max/Hostname.gpu-node-0"] == 97
+        assert gauges["DCGM_FI_DEV_GPU_UTIL/mean/Hostname.gpu-node-1"] == pytest.approx((97 + 91 + 85 + 79) / 4)
+        assert gauges["DCGM_FI_DEV_GPU_UTIL/busiest_gpu/max/Hostname.gpu-node-0"] == 97
     else:
-        assert values["DCGM_FI_DEV_FB_USED/max"] == 61234 + 3 * 1500
+        assert gauges["DCGM_FI_DEV_FB_USED/max"] == 61234 + 3 * 1500
         joules = 2 * sum(6432100 + 90000 * i for i in range(4)) / 1000  # the exporter counts millijoules
         assert values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/joules/delta"] == pytest.approx(joules, rel=1e-12)
         busy = 2 * (97 + 91 + 85 + 79) / 100  # GPU-seconds busy per second of the window, over the 8 GPUs
-        assert values["DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds"] == pytest.approx(seconds * (8 - busy), rel=1e-9)
+        assert gauges["DCGM_FI_DEV_GPU_UTIL/gpus/idle_seconds"] == pytest.approx(seconds * (8 - busy), rel=1e-9)
 
 
 def test_ray_preset_names_are_ray_gauges() -> None:

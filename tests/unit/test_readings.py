@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 from types import MappingProxyType
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.scrape._internal.readings import Reading, Stand, TargetReadings, window_readings
-from otel_bridge.producers.statistics import window_increases
+from otel_bridge.producers.statistics import idle_seconds, window_increases
 from otel_bridge.prometheus.exposition import ExpositionFamily, ExpositionSample
 from otel_bridge.window import StepWindow
 
@@ -159,3 +160,55 @@ def value_of(stand: Stand) -> float:
     assert stand.reading is not None
     assert stand.reading.families is not None
     return stand.reading.families[NAME].samples[0].value
+
+
+GAUGE = "vllm:num_requests_running"
+
+
+def gauge_reading(sent: float, answered: float, value: float) -> Reading:
+    sample = ExpositionSample(GAUGE, MappingProxyType({}), value)
+    return Reading(sent, answered, {GAUGE: ExpositionFamily(GAUGE, "gauge", (sample,))}, None)
+
+
+def gauge_samples(readings: TargetReadings, window: StepWindow) -> list[tuple[float, float]]:
+    start = readings.start_stand(window.start) if window.start is not None else None
+    end = readings.end_stand(window.end)
+    assert end is not None
+    read = window_readings({readings.instance: readings}, {readings.instance: (start, end)}, window, {})
+    (series,) = read.observed.get(GAUGE, [])
+    return list(series.samples)
+
+
+def test_a_gauge_window_holds_the_readings_taken_inside_it_not_the_one_taken_after_its_end() -> None:
+    """A phase from 1.0 to 1.3 while the server runs requests; the trainer puts the server to sleep right after the
+    phase (running 0), before the reading of the phase's end was taken. That reading belongs to the next window: the
+    phase's gauge samples are its start's reading and the one sampled inside it, all at 2."""
+    readings = target(
+        gauge_reading(1.001, 1.004, 2.0),  # the phase's start
+        gauge_reading(1.15, 1.16, 2.0),  # sampled inside
+        gauge_reading(1.32, 1.36, 0.0),  # the end's, rendered after the sleep began
+        gauge_reading(1.6, 1.61, 0.0),  # inside the sync
+        gauge_reading(2.05, 2.06, 2.0),  # after the wake-up: the sync's end
+    )
+    phase = StepWindow(3, 1.0, 1.3)
+    assert gauge_samples(readings, phase) == [(1.001, 2.0), (1.15, 2.0)]
+    sync = StepWindow(3, 1.3, 2.0)
+    assert gauge_samples(readings, sync) == [(1.32, 0.0), (1.6, 0.0)]
+    assert idle_seconds(gauge_samples(readings, phase), phase, 1.0) == 0.0
+    assert idle_seconds(gauge_samples(readings, sync), sync, 1.0) == pytest.approx(0.7)
+
+
+def test_a_gauge_window_starting_while_the_previous_ends_reading_is_taken_holds_that_reading() -> None:
+    """end_step(k) at 2.0, begin_step(k + 1) at 2.001 while the end's reading (sent 2.0005) is under way: it stands
+    for both boundaries, nothing happens between them, and it had surely been rendered when it answered (2.01), inside
+    step k + 1: it is that step's sample there, and not step k's."""
+    readings = target(gauge_reading(1.5, 1.51, 1.0), gauge_reading(2.0005, 2.01, 3.0), gauge_reading(3.1, 3.11, 4.0))
+    assert gauge_samples(readings, StepWindow(1, 1.0, 2.0)) == [(1.5, 1.0)]
+    assert gauge_samples(readings, StepWindow(2, 2.001, 3.0)) == [(2.01, 3.0)]
+
+
+def test_a_gauge_reading_that_failed_at_a_window_start_is_not_a_sample_of_it() -> None:
+    readings = target(gauge_reading(0.5, 0.51, 1.0), Reading(1.01, 1.02, None, refused=True))
+    readings.add(gauge_reading(1.4, 1.41, 2.0))
+    readings.add(gauge_reading(2.1, 2.11, 5.0))
+    assert gauge_samples(readings, StepWindow(1, 1.0, 2.0)) == [(1.4, 2.0)]

@@ -251,16 +251,40 @@ def window_readings(
         _collect(counting, instance, [(r.sent, r) for r in between], keys)
         if end is not None:  # also when it is the base: the same values at both boundaries, no increase
             _collect(counting, instance, [(window.end, end)], keys)
-        # Gauges: the readings taken inside the window, the end's own reading as its last one.
-        inside = [(r.sent, r) for r in between if window.start is None or r.sent > window.start]
-        if end is not None and not end_stand.unread:
-            inside.append((window.end, end))
-        elif end is not None and (window.start is None or end.sent > window.start):
-            inside.append((end.sent, end))  # unread at the end: its last reading, where it was taken
-        _collect(observed, instance, inside, keys)
+        _collect(observed, instance, _taken_inside(window, start_stand, between, end_stand), keys)
     if len(keys) > _MAX_CACHED_SERIES:  # series churn (restarts, new label values): start afresh
         keys.clear()
     return WindowReadings(_by_name(counting), _by_name(observed), unread, lag)
+
+
+def _taken_inside(
+    window: StepWindow, start_stand: Stand | None, between: Sequence[Reading], end_stand: Stand
+) -> list[tuple[float, Reading]]:
+    """A gauge's samples of ``window``: the successful readings taken inside it, each where it was taken (its
+    ``sent``, as Prometheus stamps a sample with its scrape's start).
+
+    That is the reading standing for the start when taken after it, those taken between, and, for a target unread at
+    the end, its last successful reading when taken inside. A reading standing for the start that was still under way
+    at it (a start right after the previous end: nothing happens between the two) is this window's, where it had
+    surely been rendered (``answered``). Never the end's own reading: it was taken after the end, and what a trainer
+    does to its servers right at a boundary (putting them to sleep for a weight sync) is in it; it is the next
+    window's first sample."""
+    taken = [(r.sent, r) for r in between if window.start is None or r.sent > window.start]
+    base = start_stand.reading if start_stand is not None and not start_stand.unread else None
+    if base is not None and window.start is not None:
+        if window.start < base.sent < window.end:
+            taken.insert(0, (base.sent, base))
+        elif base.sent <= window.start < base.answered < window.end:
+            taken.insert(0, (base.answered, base))
+    last = end_stand.reading
+    if (
+        end_stand.unread
+        and last is not None
+        and last is not base
+        and (window.start is None or last.sent > window.start)
+    ):
+        taken.append((last.sent, last))
+    return taken
 
 
 def distance(reading: Reading, t: float) -> float:

@@ -212,3 +212,10 @@ def test_a_gauge_reading_that_failed_at_a_window_start_is_not_a_sample_of_it() -
     readings.add(gauge_reading(1.4, 1.41, 2.0))
     readings.add(gauge_reading(2.1, 2.11, 5.0))
     assert gauge_samples(readings, StepWindow(1, 1.0, 2.0)) == [(1.4, 2.0)]
+
+
+def test_a_gauge_window_in_which_no_reading_was_taken_has_the_ends_reading_at_its_end() -> None:
+    """A step shorter than a reading takes (``with bridge.step(0): pass``): its start's reading was sent after its
+    end, so nothing was taken inside it; the end's reading (the same one) is its one sample, the nearest there is."""
+    readings = target(gauge_reading(0.5, 0.51, 1.0), gauge_reading(1.0002, 1.01, 4.0))
+    assert gauge_samples(readings, StepWindow(0, 1.0, 1.0001)) == [(1.0001, 4.0)]

@@ -266,9 +266,10 @@ def _taken_inside(
     That is the reading standing for the start when taken after it, those taken between, and, for a target unread at
     the end, its last successful reading when taken inside. A reading standing for the start that was still under way
     at it (a start right after the previous end: nothing happens between the two) is this window's, where it had
-    surely been rendered (``answered``). Never the end's own reading: it was taken after the end, and what a trainer
+    surely been rendered (``answered``). Not the end's own reading: it was taken after the end, and what a trainer
     does to its servers right at a boundary (putting them to sleep for a weight sync) is in it; it is the next
-    window's first sample."""
+    window's first sample. Only a window in which no reading was taken (shorter than a reading takes, or a first
+    window before any) has it as its one sample, at its end: the nearest there is, ``boundary_lag_s`` after it."""
     taken = [(r.sent, r) for r in between if window.start is None or r.sent > window.start]
     base = start_stand.reading if start_stand is not None and not start_stand.unread else None
     if base is not None and window.start is not None:
@@ -277,13 +278,11 @@ def _taken_inside(
         elif base.sent <= window.start < base.answered < window.end:
             taken.insert(0, (base.answered, base))
     last = end_stand.reading
-    if (
-        end_stand.unread
-        and last is not None
-        and last is not base
-        and (window.start is None or last.sent > window.start)
-    ):
-        taken.append((last.sent, last))
+    if end_stand.unread:
+        if last is not None and last is not base and (window.start is None or last.sent > window.start):
+            taken.append((last.sent, last))
+    elif not taken and last is not None:
+        taken.append((window.end, last))
     return taken
 
 

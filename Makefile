@@ -26,10 +26,11 @@ $(BIN)/python:
 # links packages from its cache (~/.cache/uv, UV_CACHE_DIR moves it), so the dev extras' several GB (torch, ray,
 # verl, mlflow) are downloaded once per machine and every later clone installs them in seconds (measured: pip 190 s
 # a clone; uv 42 s cold, 10 s warm). Stamps record which extras are installed, so repeated runs skip the install.
-# --compile-bytecode: uv leaves the installed modules uncompiled. Compiling the whole venv takes 49 of a warm install's
-# 57 s, on every clone; leaving it to the first process importing a module (above) was tried and measured worse: the
-# suite's first Ray workers, test processes and verl's trainer then compiled torch, verl and the rest side by side,
-# and test_verl_async's timing-sensitive sync failed in both runs that did it (cc12, cc13), never in the runs before.
+# --compile-bytecode: uv leaves the installed modules uncompiled, and leaving it to the first process importing a module
+# (above) was measured worse: the suite's first Ray workers, test processes and verl's trainer compiled torch, verl and
+# the rest side by side, and test_verl_async's timing-sensitive sync failed in both runs that did it (cc12, cc13).
+# Compiling takes 49 of a warm dev install's 57 s, so the dev extra's dependencies are compiled once per machine
+# (below), not per clone.
 UV_VERSION ?= 0.13.9
 UV := $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode
 
@@ -43,8 +44,18 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/uv
 # torch pinned to the version verl and the vLLM peer are tested with (PyPI's build: CUDA's libraries, run on the CPU).
 TORCH ?= torch==2.13.0
 
-$(VENV)/.dev-installed: pyproject.toml | $(BIN)/uv
-	$(UV) '$(TORCH)' -e '.[dev]'
+# The dev extra's dependencies are not installed into the clone: they are the peer devenv (peers/build.sh), one
+# environment per machine and set of requirements, compiled once, which the clone's venv sees through a .pth file
+# with their scripts (peers/link_devenv.py). The clone installs otel-bridge alone, editable, in seconds. A venv that
+# `make demo` filled first is made afresh: its own packages would shadow the shared ones.
+DEVENV = PYTHON=$(PYTHON) UV_VERSION=$(UV_VERSION) TORCH='$(TORCH)' peers/build.sh
+
+$(VENV)/.dev-installed: pyproject.toml peers/build.sh peers/link_devenv.py | $(BIN)/python
+	$(DEVENV) devenv
+	@if [ -e $(VENV)/.demo-installed ]; then echo "$(VENV): made afresh for the dev environment"; \
+		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
+	$(BIN)/python peers/link_devenv.py "$$($(DEVENV) --dir devenv)"
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps -e .
 	@touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
@@ -95,7 +106,7 @@ peer-victoriametrics: | peer-otelcol
 	peers/build.sh victoriametrics
 
 peer-vllm: | $(VENV)/.dev-installed
-	PYTHON=$(PYTHON) UV_VERSION=$(UV_VERSION) peers/build.sh vllm
+	$(DEVENV) vllm
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

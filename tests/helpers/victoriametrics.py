@@ -60,6 +60,9 @@ class VictoriaMetricsServer(ServerProcess):
         self.extra_flags = list(extra_flags)
         self.scrape_config_path = workdir / "scrape.yml"
 
+    def rollout_targets(self) -> Sequence[str]:
+        return self.targets
+
     def scrape_config(self) -> dict[str, Any]:
         """The ``-promscrape.config`` file: one job ``rollout`` scraping the targets."""
         interval = f"{int(self.scrape_interval_s * 1000)}ms"

@@ -52,7 +52,7 @@ DEVENV = PYTHON=$(PYTHON) UV_VERSION=$(UV_VERSION) TORCH='$(TORCH)' peers/build.
 
 $(VENV)/.dev-installed: pyproject.toml peers/build.sh peers/link_devenv.py | $(BIN)/python
 	$(DEVENV) devenv
-	@if [ -e $(VENV)/.demo-installed ]; then echo "$(VENV): made afresh for the dev environment"; \
+	@if [ -e $(VENV)/.demo-installed ] && [ ! -e $@ ]; then echo "$(VENV): made afresh for the dev environment"; \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
 	$(BIN)/python peers/link_devenv.py "$$($(DEVENV) --dir devenv)"
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps -e .

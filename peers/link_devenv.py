@@ -36,6 +36,7 @@ def site_packages(venv: Path) -> Path:
 
 
 def link(devenv: Path) -> None:
+    """Make this interpreter's venv see ``devenv`` (see the module docstring)."""
     shared = site_packages(devenv / "venv")
     own_site = Path(sysconfig.get_paths()["purelib"])
     (own_site / PTH).write_text(f"import site; site.addsitedir({str(shared)!r})\n", encoding="utf-8")
@@ -51,7 +52,7 @@ def link(devenv: Path) -> None:
             target.unlink()
         head = script.read_bytes()[:2]
         if head == b"#!":
-            body = script.read_text(encoding="utf-8").split("\n", 1)[1]
+            body = script.read_text(encoding="utf-8").partition("\n")[2]
             target.write_text(f"#!{sys.executable}\n{MARK}{body}", encoding="utf-8")
             target.chmod(0o755)
         elif os.access(script, os.X_OK):

@@ -82,6 +82,7 @@ from tests.helpers.cpu_load import CPULoad
 from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
+from tests.plugins.machine import whole_machine
 
 pytestmark = [
     pytest.mark.integration,
@@ -860,6 +861,7 @@ def slow_rule_group(servers: Mapping[str, PrometheusServer], version: str) -> Ca
     return hook
 
 
+@pytest.mark.saturates  # its Prometheus spends a core on the costly rules: other tests' windows must not run beside
 @pytest.mark.parametrize("version", PROMETHEUS_VERSIONS)
 def test_rules_stay_exact_when_their_evaluation_is_stored_late(
     version: str, tmp_path_factory: pytest.TempPathFactory
@@ -878,17 +880,18 @@ def test_rules_stay_exact_when_their_evaluation_is_stored_late(
             yield replicas, servers
 
     path = on("rules", version)
-    outcome = run_case(
-        "slow_rules",
-        tmp_path_factory.mktemp(f"slow_rules-{version}"),
-        interval_s=1.0,
-        contiguous=True,
-        drive=drive_contiguous(
-            [1.2, 1.2, 1.2, 1.2, 2.8, 1.2, 1.2, 1.2, 1.2, 1.2],
-            hooks={1: slow_rule_group(started, version), 4: restart_replica_0(1.0)},
-        ),
-        paths=[path],
-        stores=stores,
-    )
+    with whole_machine():
+        outcome = run_case(
+            "slow_rules",
+            tmp_path_factory.mktemp(f"slow_rules-{version}"),
+            interval_s=1.0,
+            contiguous=True,
+            drive=drive_contiguous(
+                [1.2, 1.2, 1.2, 1.2, 2.8, 1.2, 1.2, 1.2, 1.2, 1.2],
+                hooks={1: slow_rule_group(started, version), 4: restart_replica_0(1.0)},
+            ),
+            paths=[path],
+            stores=stores,
+        )
     errors = step_errors(outcome, path, lag_slack) + sum_errors(outcome, path)
     assert not errors, report(outcome, path, errors)

@@ -88,8 +88,12 @@ def test_a_gpu_reading_outside_its_range_is_left_out_and_counted(
     # idle GPU-seconds: step 0 holds both GPUs (0.6 + 0.4 of the window), step 1 GPU 1 alone (0.4), step 2 GPU 0
     # alone (0.6): never negative, and in the ratio the kept GPUs give
     assert all(values[idle] > 0.0 for values in records.values()), records
-    assert records[1][idle] / records[0][idle] == pytest.approx(0.4 * _length(collecting, 1) / _length(collecting, 0))
-    assert records[2][idle] / records[0][idle] == pytest.approx(0.6 * _length(collecting, 2) / _length(collecting, 0))
+    assert records[1][idle] / records[0][idle] == pytest.approx(
+        0.4 * collecting.window_seconds(1) / collecting.window_seconds(0)
+    )
+    assert records[2][idle] / records[0][idle] == pytest.approx(
+        0.6 * collecting.window_seconds(2) / collecting.window_seconds(0)
+    )
     # one series in each of steps 1 and 2 under the mean's key (the other two entries count under their aliases)
     assert left_out == 2.0
     assert any(name in r.getMessage() and "outside [0, 100]" in r.getMessage() for r in caplog.records)
@@ -105,12 +109,6 @@ def test_full_scale_must_be_a_number_not_a_boolean() -> None:
         BridgeConfig.load({"metrics": [{"name": "x", "type": "counter", "scale": False}]}, environ={})
     with pytest.raises(ConfigError, match="timeout_s"):
         BridgeConfig.load({"delivery": {"produce_timeout_s": True}}, environ={})
-
-
-def _length(collecting: BackendDouble, step: int) -> float:
-    record = next(r for r in collecting.records if r.step == step)
-    assert record.window_start is not None
-    return record.time - record.window_start
 
 
 def test_on_the_promql_path_a_gpu_outside_its_range_is_left_out_and_counted(
@@ -136,7 +134,7 @@ def test_on_the_promql_path_a_gpu_outside_its_range_is_left_out_and_counted(
         idle = next(k for k in values if k.endswith(f"/{name}/gpus/idle_seconds"))
         assert values[mean] == 60.0, values
         assert values[busiest] == 60.0, values
-        assert values[idle] == pytest.approx(0.4 * _length(collecting, step))
+        assert values[idle] == pytest.approx(0.4 * collecting.window_seconds(step))
     # GPU 0 under the mean's key in every window that held its samples, named in one WARNING
     assert left_out >= 2.0
     assert any(name in r.getMessage() and "outside [0, 100]" in r.getMessage() for r in caplog.records)

@@ -94,19 +94,13 @@ def test_the_scrape_child_delivers_the_records_the_in_process_sampler_does(
         timeless = [k for k in expected if not k.endswith(("/rate", "/idle_seconds"))]
         assert {k: got[k] for k in timeless} == {k: expected[k] for k in timeless}
         idle = "rollout/vllm/num_requests_running/servers/idle_seconds"
-        seconds = [window_seconds(backend, step) for backend in (threaded, isolated)]
+        seconds = [backend.window_seconds(step) for backend in (threaded, isolated)]
         assert got[idle] / seconds[1] == pytest.approx(expected[idle] / seconds[0], abs=1e-9)
         assert by_process[step]["actor/loss"] == float(step)
     tokens = sum(by_process[s]["rollout/vllm/generation_tokens_total/delta"] for s in range(1, STEPS))
     assert tokens == sum(
         (20 + 7 * s + i) * (s % 3 + 1 + i) for s in range(1, STEPS) for i in range(len(replicas))
     )  # fmt: skip
-
-
-def window_seconds(backend: BackendDouble, step: int) -> float:
-    record = next(r for r in backend.records if r.step == step)
-    assert record.window_start is not None
-    return record.time - record.window_start
 
 
 def test_a_killed_scrape_child_is_reported_and_the_trainer_values_still_arrive(

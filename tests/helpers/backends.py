@@ -80,3 +80,9 @@ class BackendDouble:
     def by_step(self) -> dict[int, dict[str, float]]:
         """``{step: values}`` of the records written."""
         return {r.step: dict(r.values) for r in self.records}
+
+    def window_seconds(self, step: int) -> float:
+        """The length of the window of the record written for ``step`` (it has a start)."""
+        record = next(r for r in self.records if r.step == step)
+        assert record.window_start is not None
+        return record.time - record.window_start

@@ -219,3 +219,27 @@ def test_a_gauge_window_in_which_no_reading_was_taken_has_the_ends_reading_at_it
     end, so nothing was taken inside it; the end's reading (the same one) is its one sample, the nearest there is."""
     readings = target(gauge_reading(0.5, 0.51, 1.0), gauge_reading(1.0002, 1.01, 4.0))
     assert gauge_samples(readings, StepWindow(0, 1.0, 1.0001)) == [(1.0001, 4.0)]
+
+
+def test_a_gauge_reading_answered_after_the_window_ended_is_not_a_sample_of_it() -> None:
+    """A reading sent at 1.25, inside a phase ending at 1.3, answered at 1.34 by a slow server (a loaded machine): it
+    was rendered somewhere in between, maybe after the trainer put the server to sleep at the phase's end, so it
+    cannot say the server idled inside the phase. Nor is it the next window's: it may have been rendered before that
+    began. A window holds the readings surely rendered inside it."""
+    readings = target(
+        gauge_reading(1.001, 1.004, 2.0),  # the phase's start
+        gauge_reading(1.1, 1.11, 2.0),  # sampled inside
+        gauge_reading(1.25, 1.34, 0.0),  # sampled inside, rendered after the sleep began
+        gauge_reading(1.34, 1.35, 0.0),  # the end's
+        gauge_reading(1.6, 1.61, 0.0),  # inside the sync
+        gauge_reading(2.05, 2.06, 2.0),  # after the wake-up: the sync's end
+    )
+    phase = StepWindow(3, 1.0, 1.3)
+    assert gauge_samples(readings, phase) == [(1.001, 2.0), (1.1, 2.0)]
+    assert idle_seconds(gauge_samples(readings, phase), phase, 1.0) == 0.0
+    assert gauge_samples(readings, StepWindow(3, 1.3, 2.0)) == [(1.34, 0.0), (1.6, 0.0)]
+
+
+def test_a_gauge_reading_of_an_unread_end_answered_after_it_is_not_a_sample_of_the_window() -> None:
+    readings = target(gauge_reading(1.001, 1.004, 2.0), gauge_reading(1.25, 1.34, 0.0), Reading(1.34, 1.4, None))
+    assert gauge_samples(readings, StepWindow(3, 1.0, 1.3)) == [(1.001, 2.0)]

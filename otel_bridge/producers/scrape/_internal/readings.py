@@ -260,26 +260,32 @@ def window_readings(
 def _taken_inside(
     window: StepWindow, start_stand: Stand | None, between: Sequence[Reading], end_stand: Stand
 ) -> list[tuple[float, Reading]]:
-    """A gauge's samples of ``window``: the successful readings taken inside it, each where it was taken (its
-    ``sent``, as Prometheus stamps a sample with its scrape's start).
+    """A gauge's samples of ``window``: the successful readings surely rendered inside it (sent after its start,
+    answered by its end), each where it was taken (its ``sent``, as Prometheus stamps a sample with its scrape's
+    start).
 
     That is the reading standing for the start when taken after it, those taken between, and, for a target unread at
     the end, its last successful reading when taken inside. A reading standing for the start that was still under way
     at it (a start right after the previous end: nothing happens between the two) is this window's, where it had
-    surely been rendered (``answered``). Not the end's own reading: it was taken after the end, and what a trainer
-    does to its servers right at a boundary (putting them to sleep for a weight sync) is in it; it is the next
-    window's first sample. Only a window in which no reading was taken (shorter than a reading takes, or a first
-    window before any) has it as its one sample, at its end: the nearest there is, ``boundary_lag_s`` after it."""
-    taken = [(r.sent, r) for r in between if window.start is None or r.sent > window.start]
+    surely been rendered (``answered``). Not a reading answered after the end, the end's own included: it may have
+    been rendered after the end, and what a trainer does to its servers right at a boundary (putting them to sleep
+    for a weight sync) may be in it; the end's reading is the next window's first sample. Only a window in which no
+    reading was rendered (shorter than a reading takes, or a first window before any) has the end's reading as its
+    one sample, at its end: the nearest there is, ``boundary_lag_s`` after it."""
+
+    def inside(reading: Reading) -> bool:
+        return (window.start is None or reading.sent > window.start) and reading.answered <= window.end
+
+    taken = [(r.sent, r) for r in between if inside(r)]
     base = start_stand.reading if start_stand is not None and not start_stand.unread else None
     if base is not None and window.start is not None:
-        if window.start < base.sent < window.end:
+        if inside(base):
             taken.insert(0, (base.sent, base))
-        elif base.sent <= window.start < base.answered < window.end:
+        elif base.sent <= window.start < base.answered <= window.end:
             taken.insert(0, (base.answered, base))
     last = end_stand.reading
     if end_stand.unread:
-        if last is not None and last is not base and (window.start is None or last.sent > window.start):
+        if last is not None and last is not base and inside(last):
             taken.append((last.sent, last))
     elif not taken and last is not None:
         taken.append((window.end, last))

@@ -50,6 +50,10 @@ class StepWindow:
 
     ``interrupted`` marks a step that did not end normally: an exception (or ``SystemExit`` from SIGTERM) left its
     ``with bridge.step(n)`` block, or ``close()``/the ``atexit`` hook ended a step ``begin_step`` had left open.
+
+    ``phase`` names the phase of step ``step`` this window is (its record key: ``gen``, ``gen_2``...), ``None`` for the
+    step's own window: a phase's statistics go under the phase's keys of the step's record, and what its boundaries'
+    readings say of themselves (how late they were) goes into the step's health keys.
     """
 
     step: int
@@ -57,6 +61,7 @@ class StepWindow:
     end: float
     final: bool = False
     interrupted: bool = False
+    phase: str | None = None
 
     def __post_init__(self) -> None:
         if self.start is not None and self.start > self.end:

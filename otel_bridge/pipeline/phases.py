@@ -43,7 +43,7 @@ class Phase:
 
     def window(self, step: int) -> StepWindow:
         """The phase as a window of step ``step``: what producers compute the phase's statistics over."""
-        return StepWindow(step, self.start, self.end)
+        return StepWindow(step, self.start, self.end, phase=self.key)
 
 
 class PhaseLog:

@@ -244,20 +244,21 @@ class StepMetricReader(MetricReader):
 
         Windows are produced in the order of their starts, the step's first among equals: a producer that keeps
         samples between windows (the scrape producer) may then drop those before the start of the window it was
-        last asked about. Health is read right after the step's window, so the record's health is the step's.
-        ``until`` (monotonic) is when the step's production deadline ends, if it has one.
+        last asked about. Health is read once they all are: a phase's window only raises the step's
+        ``otel_bridge/boundary_lag_s`` (:class:`~otel_bridge.producers.window_report.WindowReporter`), so the record
+        says how late the readings of any of its boundaries were. ``until`` (monotonic) is when the step's production
+        deadline ends, if it has one.
         """
         order = sorted([None, *phases], key=lambda p: (_start_of(window) if p is None else p.start, p is not None))
         infra: list[Metric] = []
         occurrences: dict[str, list[tuple[Phase, list[Metric]]]] = {}
-        health: list[Metric] = []
         for phase in order:
             if phase is None:
                 infra = self._produce(window, until)
-                health = self._health_metrics(window)
             else:
                 produced = self._produce(phase.window(window.step), until, phase=True)
                 occurrences.setdefault(phase.key, []).append((phase, produced))
+        health = self._health_metrics(window)
         per_phase: list[Metric] = []
         for key, found in occurrences.items():
             if len(found) == 1:

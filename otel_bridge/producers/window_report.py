@@ -6,7 +6,8 @@ matched nothing and why (``missing``), and which metrics had more label groups t
 as the points are made: :meth:`WindowReport.within_bounds`). A producer describes them in a :class:`WindowReport`;
 its :class:`WindowReporter` turns that into health keys (``otel_bridge/boundary_lag_s``, ``targets_unread``,
 ``unread_s{instance}``, ``missing_metrics``, ``groups_dropped{metric}``) and log lines (rate-limited), and remembers
-which targets it named until they are read again.
+which targets it named until they are read again. A phase's window raises the lag of its step and reports nothing
+else: its step's window has read the same targets and metrics over the whole step.
 """
 
 from __future__ import annotations
@@ -95,10 +96,15 @@ class WindowReporter:
         self._over: set[str] = set()  # metrics over their max_groups in the last window they were read
 
     def publish(self, report: WindowReport) -> None:
-        """Set the window's health keys and log what changed (see the module docstring)."""
+        """Set the window's health keys and log what changed (see the module docstring). A phase's window (read after
+        its step's) only raises ``otel_bridge/boundary_lag_s``: the step's record covers its phases' boundaries too,
+        and says what the step's window found of the rest."""
         if report.lag_s is not None:
-            lag = max(self._health.gauge(BOUNDARY_LAG), report.lag_s) if report.lag_beside else report.lag_s
+            beside = report.lag_beside or report.window.phase is not None
+            lag = max(self._health.gauge(BOUNDARY_LAG), report.lag_s) if beside else report.lag_s
             self._health.set(BOUNDARY_LAG, lag)
+        if report.window.phase is not None:
+            return
         if report.unread is not None:
             self._publish_unread(report, report.unread)
         self._health.set(MISSING_METRICS, float(len(report.missing)))

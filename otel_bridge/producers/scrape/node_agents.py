@@ -299,8 +299,9 @@ class NodeAgents:
                 if instance in self._added:  # a target that left takes its key with it
                     self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
             for url in reads:
-                if _instance(url) not in partial.unread:
-                    self._last_read[_instance(url)] = window.end
+                if _instance(url) not in partial.unread:  # a phase's window, read after its step's, ends earlier
+                    instance = _instance(url)
+                    self._last_read[instance] = max(window.end, self._last_read.get(instance, -math.inf))
         missed = [url for url in targets if url not in read]  # no agent (yet), or its agent did not answer
         with self._lock:
             missed_instances = {

@@ -250,13 +250,14 @@ class StoreReader:
 
     def reading(self, plan: WindowPlan, answer: WindowAnswer) -> WindowReading:
         """The window's metrics from ``answer``, and its report (lag, unread members, missing metrics); Prometheus'
-        failed scrapes are counted as they are found."""
+        failed scrapes are counted as they are found, in the step's window (a phase's lie inside it)."""
         window = self.setup.clock.to_trainer(plan.window)
         unread: list[UnreadTarget] | None = None
         new: set[str] = set()
-        if not self._scrapes_name_members and self._serving.members:
-            unread, new = self._unread(answer.unread, plan.window)  # up samples: the store's times
-        self._report_targets(answer, plan, said=new)
+        if window.phase is None:
+            if not self._scrapes_name_members and self._serving.members:
+                unread, new = self._unread(answer.unread, plan.window)  # up samples: the store's times
+            self._report_targets(answer, plan, said=new)
         metrics: list[Metric] = []
         report = WindowReport(window, "Prometheus", lag_s=answer.lag_s or 0.0, unread=unread)
         for index, series in sorted(answer.impossible.items()):

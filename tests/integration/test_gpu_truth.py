@@ -12,17 +12,21 @@ Bounds, exact from the exporters' scrape counts and the fleet's truth (no timing
 - energy (a counter): the reading standing for a boundary ``B`` was rendered in ``[B, settle end]``, a span in which
   the load did not change, so a phase's joules lie between the truth from the end of its first settle to its end and
   the truth from its start to the end of the settle after it;
-- idle GPU-seconds and mean utilization (gauges over the in-window samples): only the readings rendered during the
-  first settle (``k``: the exporter's scrapes then, plus one in flight) can show the previous load; at least ``m``
-  (its scrapes between that settle and the phase's end) show the phase's. So each GPU's mean is off by at most
-  ``k / (k + m)`` of the change of load, and its idle seconds by that share of the phase.
+- mean utilization (the mean of the in-window samples): only the readings rendered during the first settle (``k``:
+  the exporter's scrapes then, plus one in flight) can show the previous load; at least ``m`` (its scrapes between
+  that settle and the phase's end) show the phase's. So each GPU's mean is off by at most ``k / (k + m)`` of the
+  change of load;
+- idle GPU-seconds (each sample weighed by the time since the one before it, the first by the time since the
+  phase's start): a sample showing the previous load was rendered before the load changed, so it was sent before
+  that too, and all of them together weigh at most the time from the phase's start to the change. Each GPU's idle
+  seconds are off by at most that time's share of the change of load, whenever the machine let the scrapes happen.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,11 +82,14 @@ def load(gpus: GPUFleet, part: str) -> None:
 
 @dataclass
 class PhaseSpan:
-    """One phase as the test saw it: its start (just inside), the end of the settle after it, its end (just
-    inside), the end of the settle after that, and each exporter's scrape count at the first three."""
+    """One phase as the test saw it: the moment before it began, its start (just inside), the end of the settle after
+    it, when its load was set, its end (just inside), the end of the settle after that, and each exporter's scrape
+    count at its start, at the settle's end and at its end."""
 
+    entered: float
     began: float
     settled: float
+    loaded: float
     ended: float
     after: float
     scrapes: list[tuple[int, int, int]]
@@ -98,6 +105,7 @@ def settle(exporters: list[Exporter]) -> None:
 def run_phase(bridge: Bridge, gpus: GPUFleet, exporters: list[Exporter], name: str) -> PhaseSpan:
     """Phase ``name``: its load set once the bridge has its reading of the phase's start, the next part's once it
     has its reading of the end."""
+    entered = time.time()
     with bridge.phase(name):
         began = time.time()
         at_start = [e.scrapes for e in exporters]
@@ -105,13 +113,23 @@ def run_phase(bridge: Bridge, gpus: GPUFleet, exporters: list[Exporter], name: s
         settled = time.time()
         at_settled = [e.scrapes for e in exporters]
         load(gpus, name)
+        loaded = time.time()
         threading.Event().wait(PHASE_S)
         at_end = [e.scrapes for e in exporters]
         ended = time.time()
     settle(exporters)
     after = time.time()
     load(gpus, "gap")
-    return PhaseSpan(began, settled, ended, after, list(zip(at_start, at_settled, at_end, strict=True)))
+    return PhaseSpan(
+        entered, began, settled, loaded, ended, after, list(zip(at_start, at_settled, at_end, strict=True))
+    )
+
+
+def called(boundary: Callable[[str], None], phase: str) -> tuple[float, float]:
+    """Mark a phase's boundary; the times just before and just after: the boundary lies between."""
+    before = time.time()
+    boundary(phase)
+    return before, time.time()
 
 
 def test_idle_gpu_seconds_and_joules_per_phase_and_role_follow_the_gpus(
@@ -154,7 +172,8 @@ def test_idle_gpu_seconds_and_joules_per_phase_and_role_follow_the_gpus(
                 assert mean == pytest.approx(current, abs=wrong * change + 1e-9), (phase, role)
                 idle = values[f"phase/{phase}/{IDLE}/{key}"]
                 truth_idle = 2 * seconds * (1 - current / 100)
-                assert idle == pytest.approx(truth_idle, abs=2 * seconds * wrong * change / 100 + 1e-9), (phase, role)
+                before_change = seen.loaded - seen.entered
+                assert idle == pytest.approx(truth_idle, abs=2 * before_change * change / 100 + 1e-9), (phase, role)
         # the rollout GPUs idle during update, the trainer GPUs during gen: the bubble each role leaves
         assert values[f"phase/update/{IDLE}/Hostname.gpu-node-0"] > values[f"phase/update/{IDLE}/Hostname.gpu-node-1"]
         assert values[f"phase/gen/{IDLE}/Hostname.gpu-node-1"] > values[f"phase/gen/{IDLE}/Hostname.gpu-node-0"]
@@ -194,23 +213,20 @@ def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
             Bridge.from_config({**scrape, "run": {"name": "gpu-scrape", "dir": str(tmp_path)}}),
         ]
         quiet = 2 * interval_s
-        spans: list[dict[str, tuple[float, float]]] = []
+        # per step, phase and bridge: the times around its begin_phase call and around its end_phase call
+        spans: list[dict[str, list[tuple[float, float, float, float]]]] = []
         try:
             for step in range(2):
-                span: dict[str, tuple[float, float]] = {}
+                span: dict[str, list[tuple[float, float, float, float]]] = {}
                 for bridge in bridges:
                     bridge.begin_step(step)
                 for phase in ("gen", "update"):
                     load(gpus, phase)
                     threading.Event().wait(quiet)
-                    for bridge in bridges:
-                        bridge.begin_phase(phase)
-                    began = time.time()
+                    begun = [called(bridge.begin_phase, phase) for bridge in bridges]
                     threading.Event().wait(2 * quiet)
-                    ended = time.time()
-                    for bridge in bridges:
-                        bridge.end_phase(phase)
-                    span[phase] = (began, ended)
+                    ended = [called(bridge.end_phase, phase) for bridge in bridges]
+                    span[phase] = [(*b, *e) for b, e in zip(begun, ended, strict=True)]
                     threading.Event().wait(quiet)
                 for bridge in bridges:
                     bridge.end_step(step)
@@ -224,19 +240,23 @@ def test_both_paths_report_the_same_idle_gpu_seconds_and_the_gpus_joules(
 
     for step, span in enumerate(spans):
         records = [bridge.record(step) for bridge in bridges]
-        for record in records:
+        for index, record in enumerate(records):
             assert record is not None
             values = record.values
             for phase in span:
                 seconds = values[f"phase/{phase}/seconds"]
+                begin_called, begin_returned, end_called, end_returned = span[phase][index]
                 for role in HOSTS:
                     idle = values[f"phase/{phase}/{IDLE}/{group(role)}"]
                     assert idle == pytest.approx(2 * seconds * (1 - LOAD[phase][role] / 100), rel=1e-9), (phase, role)
                     assert values[f"phase/{phase}/{UTIL}/{group(role)}"] == LOAD[phase][role]
-                    truth = gpus.truth(*span[phase], role)
-                    lag = values["otel_bridge/boundary_lag_s"]
-                    band = 2 * truth.gpus * BUSY_WATTS * (lag + 0.05)
-                    assert values[f"phase/{phase}/{JOULES}/{group(role)}"] == pytest.approx(truth.joules, abs=band)
+                    # the phase's window lies between the calls; each boundary's counter reading within the record's
+                    # lag of it (the phases' boundaries included)
+                    shortest = gpus.truth(begin_returned, end_called, role)
+                    longest = gpus.truth(begin_called, end_returned, role)
+                    band = 2 * shortest.gpus * BUSY_WATTS * (values["otel_bridge/boundary_lag_s"] + 0.05)
+                    joules = values[f"phase/{phase}/{JOULES}/{group(role)}"]
+                    assert shortest.joules - band <= joules <= longest.joules + band, (index, phase, role)
         for phase in span:  # the same share of each phase idle, however long each bridge's own phase window was
             for role in HOSTS:
                 key = f"phase/{phase}/{IDLE}/{group(role)}"

@@ -2,7 +2,8 @@
 
 Counters are cumulative since start-up (``otel_bridge/query_errors``); gauges describe the step just recorded
 (``otel_bridge/missing_metrics``: configured metrics that matched no series in this step;
-``otel_bridge/boundary_lag_s``: the largest distance between a boundary of the step and the sample that stood for it;
+``otel_bridge/boundary_lag_s``: the largest distance between a boundary of the step (its phases' included) and the
+sample that stood for it;
 ``otel_bridge/targets_down``: Prometheus targets with a failed scrape during the step;
 ``otel_bridge/targets_unread``: configured targets without a reading at the step's end, each named by
 ``otel_bridge/unread_s{instance}``, the seconds since its last reading).

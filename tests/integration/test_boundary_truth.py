@@ -82,7 +82,7 @@ from tests.helpers.cpu_load import CPULoad
 from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
-from tests.plugins.machine import whole_machine
+from tests.plugins.machine import quiet_machine
 
 pytestmark = [
     pytest.mark.integration,
@@ -138,7 +138,8 @@ def worker_group(test: str) -> str:
     ``*_busy`` runs share one part, whose worker holds the machine while the others run the tests that need no
     server. The slow-rules runs share one part too: each one's Prometheus spends about a core on its costly rules, and
     two at once (seen on a new machine's first run) took both cores, slowing each group far past the lateness the
-    test is about (12 s, not 2) and starving the scrapes of the server tests beside them."""
+    test is about (12 s, not 2) and starving the scrapes of the server tests beside them; each holds the machine
+    quiet (tests/plugins/machine.py)."""
     name, _, params = test.partition("[")
     values = params.rstrip("]").split("-") if params else []
     if name == "test_rules_stay_exact_when_their_evaluation_is_stored_late":
@@ -861,7 +862,7 @@ def slow_rule_group(servers: Mapping[str, PrometheusServer], version: str) -> Ca
     return hook
 
 
-@pytest.mark.saturates  # its Prometheus spends a core on the costly rules: other tests' windows must not run beside
+@pytest.mark.quiet  # its Prometheus spends a core on the costly rules: no other test may take that core meanwhile
 @pytest.mark.parametrize("version", PROMETHEUS_VERSIONS)
 def test_rules_stay_exact_when_their_evaluation_is_stored_late(
     version: str, tmp_path_factory: pytest.TempPathFactory
@@ -880,7 +881,7 @@ def test_rules_stay_exact_when_their_evaluation_is_stored_late(
             yield replicas, servers
 
     path = on("rules", version)
-    with whole_machine():
+    with quiet_machine():
         outcome = run_case(
             "slow_rules",
             tmp_path_factory.mktemp(f"slow_rules-{version}"),

@@ -1,5 +1,5 @@
 """The machine as a resource the parallel workers share: a test that saturates it on purpose takes it from every test
-that needs a server.
+that needs a server, and a test whose own server needs the machine's cores takes it from every test.
 
 The timing-sensitive truth tests run on a saturated machine on purpose (``*_busy`` cases: CPU-bound processes on
 every core, as on a trainer node), measuring what the bridge does there. With parallel workers
@@ -9,19 +9,26 @@ measures what it says. So every test marked ``server`` (tests/plugins/tiers.py) 
 :func:`whole_machine` (which :class:`tests.helpers.cpu_load.CPULoad` enters) holds it *exclusively*: it waits until
 the server tests running in other workers end, and their next ones wait until it is done.
 
-The tests that need no server (the quick tier, ``make check``) hold nothing: they measure no wall-clock window against
-a store, only what the code computes, so they run beside a saturating test (one more CPU-bound process beside its
-hogs), and the workers the saturating test would leave idle run them meanwhile (tiers.py hands out the saturating
-groups first, then these).
+The tests that need no server (the quick tier, ``make check``) do not take the machine: they measure no wall-clock
+window against a store, only what the code computes, so they run beside a saturating test (one more CPU-bound process
+beside its hogs), and the workers the saturating test would leave idle run them meanwhile (tiers.py hands out the
+saturating groups first, then these).
 
-A test that enters :func:`whole_machine` is marked ``saturates`` (so tiers.py can schedule it first), or it fails,
-naming this module.
+A test whose server spends the machine's cores on purpose and measures what that costs (a Prometheus whose costly
+rules take about a core, so its rule evaluations are stored about 2 s late) cannot share them even with the quick
+tier: two CPU-bound tests beside it (cc20, CI at stop 45) starved its Prometheus until no evaluation was stored for
+the rest of the run. It runs inside :func:`quiet_machine`, which also holds the ``quiet`` lock every test takes
+shared: no other worker runs any test meanwhile. Such a test is handed out with the other server tests, not first.
 
-Two ``flock`` locks in a directory of the run (one per ``pytest`` run, made by the controller and handed to the
-workers in :data:`LOCKS_ENV`): ``machine`` (shared per server test, exclusive for a saturating block) and ``intent``,
-which a saturating block holds exclusively while it waits, and every server test passes through before it takes
-``machine``, so a waiting saturating block is not starved by the other workers' stream of tests. Without workers,
-everything is one process and no call waits.
+A test that enters :func:`whole_machine` is marked ``saturates`` (so tiers.py can schedule it first), one that enters
+:func:`quiet_machine` is marked ``quiet``, or it fails, naming this module.
+
+``flock`` locks in a directory of the run (one per ``pytest`` run, made by the controller and handed to the workers
+in :data:`LOCKS_ENV`): ``machine`` (shared per server test, exclusive for a saturating or quiet block), ``quiet``
+(shared per test, exclusive for a quiet block), and for each an ``intent`` lock, which a block holds exclusively while
+it waits, and every test that takes the lock shared passes through first, so a waiting block is not starved by the
+other workers' stream of tests. ``machine`` is always taken before ``quiet``. Without workers, everything is one
+process and no call waits.
 """
 
 from __future__ import annotations
@@ -55,34 +62,67 @@ def _fd(name: str) -> int | None:
 
 @contextlib.contextmanager
 def whole_machine() -> Iterator[None]:
-    """Hold the machine exclusively (see the module docstring): no other worker runs a test meanwhile. Re-entrant in
-    one process."""
+    """Hold the machine from the other workers' server tests (see the module docstring). Re-entrant in one process."""
+    with _exclusive_hold("saturates", quiet=False):
+        yield
+
+
+@contextlib.contextmanager
+def quiet_machine() -> Iterator[None]:
+    """Hold the machine from every test of the other workers, the quick tier's too (see the module docstring).
+    Re-entrant in one process."""
+    with _exclusive_hold("quiet", quiet=True):
+        yield
+
+
+@contextlib.contextmanager
+def _exclusive_hold(marker: str, *, quiet: bool) -> Iterator[None]:
     global _exclusive
     item = _current[-1] if _current else None
-    if item is not None and item.get_closest_marker("saturates") is None:
+    if item is not None and item.get_closest_marker(marker) is None:
+        what = "saturates the machine" if marker == "saturates" else "needs the machine quiet"
         raise RuntimeError(
-            f"{item.nodeid} saturates the machine but is not marked `saturates` (see {__name__}): mark the test "
-            "(or its parameter) with pytest.mark.saturates"
+            f"{item.nodeid} {what} but is not marked `{marker}` (see {__name__}): mark the test "
+            f"(or its parameter) with pytest.mark.{marker}"
         )
-    machine, intent = _fd("machine"), _fd("intent")
-    if machine is None or intent is None or _exclusive:
+    fds = _fd("machine"), _fd("intent"), _fd("quiet"), _fd("quiet-intent")
+    if None in fds or _exclusive:
         yield
         return
-    # This test's shared hold (a server test's) is let go first: two workers asking for the machine at once must not
-    # each wait for the other's hold.
+    machine, intent, calm, calm_intent = (fd for fd in fds if fd is not None)
+    server = item is None or item.get_closest_marker("server") is not None
+    # This test's own shared holds are let go first: two workers asking for the machine at once must not each wait
+    # for the other's hold, and one waiting for `machine` must not hold `quiet` (a quiet block takes it after).
+    fcntl.flock(calm, fcntl.LOCK_UN)
     fcntl.flock(machine, fcntl.LOCK_UN)
-    fcntl.flock(intent, fcntl.LOCK_EX)
-    try:
-        fcntl.flock(machine, fcntl.LOCK_EX)  # once the tests running in the other workers have ended
-    finally:
-        fcntl.flock(intent, fcntl.LOCK_UN)
+    _through(intent, machine, fcntl.LOCK_EX)
+    _through(calm_intent, calm, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
     _exclusive = True
     try:
         yield
     finally:
         _exclusive = False
-        if item is None or item.get_closest_marker("server") is not None:
-            fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared hold
+        fcntl.flock(calm, fcntl.LOCK_UN)
+        if server:
+            fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared holds
+        else:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+        _through(calm_intent, calm, fcntl.LOCK_SH)
+
+
+def _through(intent: int, lock: int, mode: int) -> None:
+    """Take ``lock`` in ``mode``, through its ``intent`` lock: exclusively, holding the intent while waiting (the
+    shared takers wait behind it); shared, passing through it (waiting while an exclusive taker waits or holds)."""
+    if mode == fcntl.LOCK_EX:
+        fcntl.flock(intent, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # once the holders in the other workers have let go
+        finally:
+            fcntl.flock(intent, fcntl.LOCK_UN)
+    else:
+        fcntl.flock(intent, fcntl.LOCK_SH)
+        fcntl.flock(intent, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_SH)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,19 +137,23 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     _current.append(item)
     try:
-        machine, intent = _fd("machine"), _fd("intent")
-        if machine is None or intent is None or item.get_closest_marker("server") is None:
+        fds = _fd("machine"), _fd("intent"), _fd("quiet"), _fd("quiet-intent")
+        if None in fds:
             return (yield)
-        return (yield from _shared(machine, intent))
+        return (yield from _shared(item, *(fd for fd in fds if fd is not None)))
     finally:
         _current.pop()
 
 
-def _shared(machine: int, intent: int) -> Generator[None, object, object]:
-    fcntl.flock(intent, fcntl.LOCK_SH)  # waits while a saturating block waits for, or holds, the machine
-    fcntl.flock(intent, fcntl.LOCK_UN)
-    fcntl.flock(machine, fcntl.LOCK_SH)
+def _shared(
+    item: pytest.Item, machine: int, intent: int, calm: int, calm_intent: int
+) -> Generator[None, object, object]:
+    """The test's shared holds: ``machine`` for a server test, then ``quiet`` for every test."""
+    if item.get_closest_marker("server") is not None:
+        _through(intent, machine, fcntl.LOCK_SH)
+    _through(calm_intent, calm, fcntl.LOCK_SH)
     try:
         return (yield)
     finally:
+        fcntl.flock(calm, fcntl.LOCK_UN)
         fcntl.flock(machine, fcntl.LOCK_UN)

@@ -103,14 +103,14 @@ def test_starts_prometheus(tmp_path):
     result.stdout.fnmatch_lines(["*test_starts_prometheus starts prometheus but is not marked `server`*"])
 
 
-SATURATING = """
+HOLDING = """
 import json
 import os
 import time
 
 import pytest
 
-from tests.plugins.machine import whole_machine
+from tests.plugins.machine import {hold}
 
 LOG = {log!r}
 
@@ -120,15 +120,16 @@ def note(what):
         log.write(json.dumps([what, os.environ.get("PYTEST_XDIST_WORKER"), time.monotonic()]) + "\\n")
 
 
-@pytest.mark.saturates
-def test_saturates():
-    with whole_machine():
+@pytest.mark.server
+@pytest.mark.{marker}
+def test_holds():
+    with {hold}():
         note("hold")
         time.sleep(0.6)
         note("release")
 
 
-@pytest.mark.server
+{others_marks}
 @pytest.mark.parametrize("n", range(12))
 def test_other(n):
     note(f"begin {{n}}")
@@ -137,27 +138,46 @@ def test_other(n):
 """
 
 
-def test_a_test_holding_the_whole_machine_runs_beside_no_other_workers_test(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two workers: while one holds the machine (as a ``CPULoad`` does), the other starts no server test and none of
-    its server tests is running."""
+def others_beside_a_hold(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, hold: str, marker: str, others_marks: str
+) -> list[str]:
+    """Two workers run a test holding the machine by ``hold`` and twelve others (with ``others_marks``): the others
+    that ran, even in part, while it held the machine (``test_other[n] (worker)``)."""
     monkeypatch.setenv("PYTHONPATH", str(tiers.ROOT))
     monkeypatch.delenv(machine.LOCKS_ENV, raising=False)  # the inner run's own locks, not this run's
     log = pytester.path / "log.jsonl"
     pytester.makeconftest('pytest_plugins = ["tests.plugins.machine"]')
-    pytester.makepyfile(test_saturating=SATURATING.format(log=str(log)))
+    module = HOLDING.format(log=str(log), hold=hold, marker=marker, others_marks=others_marks)
+    pytester.makepyfile(test_holding=module)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "load")
     result.assert_outcomes(passed=13)
     notes = [json.loads(line) for line in log.read_text().splitlines()]
-    (held_by, held), (_, released) = [(w, t) for what, w, t in notes if what in ("hold", "release")]
-    others = {(w, what.split()[1]) for what, w, _ in notes if what.startswith("begin")}
-    assert {w for w, _ in others} == {"gw0", "gw1"}, "both workers ran tests (else nothing was shown)"
-    for n in range(12):
-        worker = next(w for w, m in others if m == str(n))
-        begin = next(t for what, w, t in notes if what == f"begin {n}")
-        end = next(t for what, w, t in notes if what == f"end {n}")
-        assert end < held or begin > released, f"test_other[{n}] ({worker}) ran while {held_by} held the machine"
+    held, released = [t for what, _, t in notes if what in ("hold", "release")]
+    others = {what.split()[1]: w for what, w, _ in notes if what.startswith("begin")}
+    assert set(others.values()) == {"gw0", "gw1"}, "both workers ran tests (else nothing was shown)"
+    beside = []
+    for n, worker in sorted(others.items()):
+        begin = next(t for what, _, t in notes if what == f"begin {n}")
+        end = next(t for what, _, t in notes if what == f"end {n}")
+        if not (end < held or begin > released):
+            beside.append(f"test_other[{n}] ({worker})")
+    return beside
+
+
+def test_a_test_holding_the_whole_machine_runs_beside_no_other_workers_server_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers: while one holds the machine (as a ``CPULoad`` does), the other starts no server test and none of
+    its server tests is running."""
+    assert others_beside_a_hold(pytester, monkeypatch, "whole_machine", "saturates", "@pytest.mark.server") == []
+
+
+def test_a_test_holding_the_machine_quiet_runs_beside_no_other_workers_test_not_even_a_quick_one(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers: while one holds the machine quiet, the other starts no test at all (the quick tier's included) and
+    none is running."""
+    assert others_beside_a_hold(pytester, monkeypatch, "quiet_machine", "quiet", "") == []
 
 
 UNDECLARED = """

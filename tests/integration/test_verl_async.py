@@ -401,6 +401,14 @@ def async_runs(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
             replica.stop()
 
 
+def _rollout_side(record: dict[str, float], phase: str) -> str:
+    """What the record says of the rollout servers in ``phase`` (for a failure's message)."""
+    prefix = f"phase/{phase}/"
+    keys = ("seconds", IDLE, AWAKE, ASLEEP, TOKENS)
+    said = {key: record.get(prefix + key) for key in keys}
+    return f"step {record.get('step')}, {phase}: {said}, boundary_lag_s {record.get('otel_bridge/boundary_lag_s')}"
+
+
 def _phases(record: dict[str, float]) -> set[str]:
     return {key.split("/")[1] for key in record if key.startswith("phase/") and key.endswith("/seconds")} - {
         "step_seconds",
@@ -453,10 +461,12 @@ def test_fully_async_trainer_one_record_per_sync_cycle_with_the_waits_and_the_we
         # the rollout side meanwhile: generating while the trainer waits and while it updates, asleep for the sync
         assert f"phase/wait_for_rollouts/{TOKENS}" in record  # tokens while the trainer waited: 0 if it did not
         assert record[f"phase/update_actor/{TOKENS}"] > 0  # the servers generate while the trainer updates
-        assert record[f"phase/update_weights/{IDLE}"] >= SLEPT_IDLE_S, "both servers idle through the sync"
-        assert record[f"phase/update_weights/{AWAKE}"] == 0
-        assert record[f"phase/update_weights/{ASLEEP}"] == 2
-        assert record[f"phase/update_actor/{IDLE}"] <= 0.2 * 2 * record["phase/update_actor/seconds"]
+        synced = _rollout_side(record, "update_weights")
+        assert record[f"phase/update_weights/{IDLE}"] >= SLEPT_IDLE_S, f"both servers idle through the sync: {synced}"
+        assert record[f"phase/update_weights/{AWAKE}"] == 0, synced
+        assert record[f"phase/update_weights/{ASLEEP}"] == 2, synced
+        updated = _rollout_side(record, "update_actor")
+        assert record[f"phase/update_actor/{IDLE}"] <= 0.2 * 2 * record["phase/update_actor/seconds"], updated
         # the step covers its whole cycle, the sync included: its idle server-seconds hold the sync's (to a sampling
         # interval per server at each edge of the sync: scrape.sample_interval_s 0.1)
         assert record[IDLE] >= record[f"phase/update_weights/{IDLE}"] - 2 * 2 * 0.1
@@ -484,4 +494,4 @@ def test_one_step_off_trainer_waits_for_the_batch_generated_during_the_previous_
         assert record["phase/update_weights/seconds"] == pytest.approx(record["timing_s/update_weights"], abs=0.05)
         assert record["timing_s/generate_async"] > 0  # verl's own timing of the generation, which is no phase
         assert record[f"phase/update_actor/{TOKENS}"] > 0
-        assert record[f"phase/update_weights/{IDLE}"] >= SLEPT_IDLE_S
+        assert record[f"phase/update_weights/{IDLE}"] >= SLEPT_IDLE_S, _rollout_side(record, "update_weights")

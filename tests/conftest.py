@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,14 +33,23 @@ class Replica:
     def __init__(self, model_name: str = "tiny", route: MetricsRoute = "text") -> None:
         self.sim = VLLMSimulator(model_name=model_name, engine="0")
         self.scrapes = 0
+        self._served: deque[tuple[float, str]] = deque(maxlen=4096)  # when each page was rendered, for whose Accept
         self._scraped = threading.Condition()
         self.process = VLLMServer(self.sim, on_render=self._count_scrape, route=route).start()
         self.server: MetricsHTTPServer = self.process.http
 
-    def _count_scrape(self, body: bytes) -> None:
+    def _count_scrape(self, body: bytes, accept: str) -> None:
         with self._scraped:
             self.scrapes += 1
+            self._served.append((time.time(), accept))
             self._scraped.notify_all()
+
+    def wait_for_scrape_after(self, t: float, by: Callable[[str], bool], timeout_s: float = 10.0) -> None:
+        """Block until the endpoint rendered a page at or after ``t`` (``time.time()``) for a scraper whose ``Accept``
+        header ``by`` tells (fails after ``timeout_s``)."""
+        with self._scraped:
+            if not self._scraped.wait_for(lambda: any(w >= t and by(a) for w, a in self._served), timeout_s):
+                raise AssertionError(f"{self.url} rendered no page for that scraper after {t:.3f} in {timeout_s} s")
 
     def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
         """Block until the endpoint has served ``count`` scrapes in all (fails after ``timeout_s``)."""

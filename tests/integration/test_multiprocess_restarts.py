@@ -78,7 +78,7 @@ class Renders:
         self._last = 0.0
         self._cond = threading.Condition()
 
-    def seen(self, body: bytes) -> None:
+    def seen(self, body: bytes, accept: str) -> None:
         with self._cond:
             self._last = time.time()
             self._cond.notify_all()

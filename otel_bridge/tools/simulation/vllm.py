@@ -496,7 +496,8 @@ class VLLMServer:
     :meth:`go_down` is the process ending (SIGTERM, a crash): from then on the port refuses connections and nothing is
     counted; :meth:`come_up` is the new process serving again on the same port, its counters from zero and its start
     time new. :meth:`restart` does both with ``down_s`` in between. ``on_render`` is called with each ``/metrics``
-    body served (tests count scrapes with it).
+    body served and the ``Accept`` header it answered (tests count scrapes with it, and tell whose they were: a
+    Prometheus asks for OpenMetrics first).
     """
 
     def __init__(
@@ -505,7 +506,7 @@ class VLLMServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        on_render: Callable[[bytes], None] | None = None,
+        on_render: Callable[[bytes, str], None] | None = None,
         route: MetricsRoute = "text",
     ) -> None:
         self.sim: ServedEngine = sim if sim is not None else VLLMSimulator()
@@ -520,7 +521,7 @@ class VLLMServer:
     def _answer(self, accept: str) -> tuple[bytes, str]:
         body, content_type = self.sim.answer(accept, self.route)
         if self._on_render is not None:
-            self._on_render(body)
+            self._on_render(body, accept)
         return body, content_type
 
     @property

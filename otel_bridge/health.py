@@ -42,6 +42,7 @@ IMPOSSIBLE_VALUES = "otel_bridge/impossible_values"
 ANSWER_ERRORS = "otel_bridge/answer_errors"
 INCREASE_DISAGREEMENTS = "otel_bridge/increase_disagreements"
 CLOCK_OFFSET = "otel_bridge/clock_offset_s"
+SAMPLE_GAP = "otel_bridge/sample_gap_s"
 
 DESCRIPTIONS: Mapping[str, str] = {
     MISSING_METRICS: "configured metrics that matched no series in the last step",
@@ -55,7 +56,10 @@ DESCRIPTIONS: Mapping[str, str] = {
     NONFINITE_VALUES: "NaN or infinite values left out of step records",
     SKIPPED_VALUES: "trainer values that are not one number (tensors, overflowing ints, ...) left out of step records",
     INFRA_UNAVAILABLE: "producers that failed in the last step",
-    BOUNDARY_LAG: "largest distance between a boundary of the last step and the sample that stood for it",
+    BOUNDARY_LAG: "largest distance between a boundary of the last step (its phases' included) and the sample that "
+    "stood for it",
+    SAMPLE_GAP: "longest time within the last step or one of its phases that a scraped target went without a reading "
+    "rendered in it (the resolution of its gauges' figures)",
     TARGETS_DOWN: "Prometheus targets with a failed scrape during the last step",
     TARGETS_UNREAD: "configured targets without a reading at the end of the last step",
     UNREAD: "per target unread at the end of the last step: seconds since its last reading",
@@ -70,7 +74,7 @@ DESCRIPTIONS: Mapping[str, str] = {
     CLOCK_OFFSET: "the store's clock minus the trainer's, as last measured (PromQL path): the windows asked are moved "
     "by it",
 }
-UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s", CLOCK_OFFSET: "s"}
+UNITS: Mapping[str, str] = {BOUNDARY_LAG: "s", UNREAD: "s", CLOCK_OFFSET: "s", SAMPLE_GAP: "s"}
 
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -207,7 +207,8 @@ class WindowPartial:
     queries every reader was given), how far its boundary readings lay from the boundaries (``lag_s``), its targets
     unread at the window's end (``host:port`` -> seconds since their last reading), how many targets it read, and
     the failed scrapes of its targets since its previous partial (``host:port`` -> how many; only those that
-    failed), for the reader's health keys."""
+    failed), for the reader's health keys; ``sample_gap_s``, for a reader that samples its targets, the longest time a
+    target went without a reading in the window."""
 
     window: StepWindow
     metrics: tuple[MetricPartial, ...]
@@ -216,6 +217,7 @@ class WindowPartial:
     targets: int = 0
     reader: str = "the bridge"
     scrape_errors: Mapping[str, float] = field(default_factory=dict)
+    sample_gap_s: float | None = None
 
 
 def window_partial(
@@ -228,6 +230,7 @@ def window_partial(
     unread: Mapping[str, float],
     targets: int,
     reader: str = "the bridge",
+    sample_gap_s: float | None = None,
 ) -> WindowPartial:
     """A reader's :class:`WindowPartial` from its series by sample name: ``counting`` for counters, histograms and
     ratios (each boundary's reading at the boundary), ``observed`` for gauges (the readings inside the window)."""
@@ -236,7 +239,7 @@ def window_partial(
         by_name = observed if query.kind == "gauge" and query.ratio is None else counting
         series = [s for name in query.series_names() for s in by_name.get(name, ())]
         metrics.append(metric_partial(query, series, window))
-    return WindowPartial(window, tuple(metrics), lag_s, dict(unread), targets, reader)
+    return WindowPartial(window, tuple(metrics), lag_s, dict(unread), targets, reader, sample_gap_s=sample_gap_s)
 
 
 def merge_window(
@@ -259,6 +262,7 @@ def merge_window(
     targets = sum(p.targets for p in partials)
     unread = {instance: seconds for p in partials for instance, seconds in p.unread.items()}
     report = WindowReport(window, reader=reader, lag_s=max((p.lag_s for p in partials), default=0.0))
+    report.sample_gap_s = max((p.sample_gap_s for p in partials if p.sample_gap_s is not None), default=None)
     report.unread = [UnreadTarget(i, seconds) for i, seconds in sorted(unread.items())]
     metrics = []
     for index, query in enumerate(queries):

@@ -6,8 +6,9 @@ matched nothing and why (``missing``), and which metrics had more label groups t
 as the points are made: :meth:`WindowReport.within_bounds`). A producer describes them in a :class:`WindowReport`;
 its :class:`WindowReporter` turns that into health keys (``otel_bridge/boundary_lag_s``, ``targets_unread``,
 ``unread_s{instance}``, ``missing_metrics``, ``groups_dropped{metric}``) and log lines (rate-limited), and remembers
-which targets it named until they are read again. A phase's window raises the lag of its step and reports nothing
-else: its step's window has read the same targets and metrics over the whole step.
+which targets it named until they are read again; a sampling reader also says how long a target went without a
+reading (``sample_gap_s``, key ``otel_bridge/sample_gap_s``). A phase's window raises the lag and the sample gap of its
+step and reports nothing else: its step's window has read the same targets and metrics over the whole step.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from otel_bridge.health import BOUNDARY_LAG, GROUPS_DROPPED, MISSING_METRICS, TARGETS_UNREAD, UNREAD, Health
+from otel_bridge.health import (
+    BOUNDARY_LAG,
+    GROUPS_DROPPED,
+    MISSING_METRICS,
+    SAMPLE_GAP,
+    TARGETS_UNREAD,
+    UNREAD,
+    Health,
+)
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.statistics import OTHER_VALUE, StatPoint, bound_groups
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -73,6 +82,9 @@ class WindowReport:
     reader: str = "the bridge"
     lag_s: float | None = None
     lag_beside: bool = False
+    sample_gap_s: float | None = None
+    """For a reader that samples its targets (``scrape.sample_interval_s``): the longest time a target went without a
+    reading in the window, ``otel_bridge/sample_gap_s``; ``None`` leaves that key as it is."""
     unread: Sequence[UnreadTarget] | None = None
     missing: list[MissingMetric] = field(default_factory=list)
     groups: list[GroupCount] = field(default_factory=list)
@@ -97,13 +109,17 @@ class WindowReporter:
 
     def publish(self, report: WindowReport) -> None:
         """Set the window's health keys and log what changed (see the module docstring). A phase's window (read after
-        its step's) only raises ``otel_bridge/boundary_lag_s``: the step's record covers its phases' boundaries too,
-        and says what the step's window found of the rest."""
+        its step's) only raises ``otel_bridge/boundary_lag_s`` and ``otel_bridge/sample_gap_s``: the step's record
+        covers its phases too, and says what the step's window found of the rest."""
+        phase = report.window.phase is not None
         if report.lag_s is not None:
-            beside = report.lag_beside or report.window.phase is not None
+            beside = report.lag_beside or phase
             lag = max(self._health.gauge(BOUNDARY_LAG), report.lag_s) if beside else report.lag_s
             self._health.set(BOUNDARY_LAG, lag)
-        if report.window.phase is not None:
+        if report.sample_gap_s is not None:
+            gap = report.sample_gap_s
+            self._health.set(SAMPLE_GAP, max(self._health.gauge(SAMPLE_GAP), gap) if phase else gap)
+        if phase:
             return
         if report.unread is not None:
             self._publish_unread(report, report.unread)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from otel_bridge import Bridge
-from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, TARGETS_UNREAD, Health
+from otel_bridge.health import BOUNDARY_LAG, MISSING_METRICS, SAMPLE_GAP, TARGETS_UNREAD, Health
 from otel_bridge.producers.metric_set import MetricQuery
 from otel_bridge.producers.window_report import MissingMetric, UnreadTarget, WindowReport, WindowReporter
 from otel_bridge.ratelimit import RateLimitedLogger
@@ -98,6 +98,8 @@ def test_a_phase_start_read_late_is_in_the_steps_boundary_lag(
     assert record.values["phase/gen/seconds"] > 0
     assert record.values["phase/gen/rollout/work_total/delta"] == 0
     assert record.values[BOUNDARY_LAG] >= kept >= HOLD_S
+    # the phase's gauges rest on no reading rendered between its start and its end's (the held one answered after)
+    assert record.values[SAMPLE_GAP] >= kept
 
 
 def query() -> MetricQuery:
@@ -108,19 +110,22 @@ def test_a_phase_window_raises_the_lag_and_leaves_the_steps_other_health_keys() 
     health = Health()
     reporter = WindowReporter(health, RateLimitedLogger(logging.getLogger(__name__)))
     step = StepWindow(3, 10.0, 20.0)
-    reporter.publish(WindowReport(step, lag_s=0.05, unread=[UnreadTarget("a:1", 2.0)]))
+    reporter.publish(WindowReport(step, lag_s=0.05, unread=[UnreadTarget("a:1", 2.0)], sample_gap_s=0.3))
     reporter.publish(
         WindowReport(
             StepWindow(3, 11.0, 12.0, phase="gen"),
             lag_s=0.4,
             unread=[],
             missing=[MissingMetric(query(), "no sample in the phase")],
+            sample_gap_s=1.0,
         )
     )
-    reporter.publish(WindowReport(StepWindow(3, 12.0, 13.0, phase="update"), lag_s=0.1, unread=[]))
+    reporter.publish(WindowReport(StepWindow(3, 12.0, 13.0, phase="update"), lag_s=0.1, unread=[], sample_gap_s=0.2))
     assert health.gauge(BOUNDARY_LAG) == 0.4
+    assert health.gauge(SAMPLE_GAP) == 1.0
     assert health.gauge(TARGETS_UNREAD) == 1
     assert health.gauge(MISSING_METRICS) == 0
-    reporter.publish(WindowReport(StepWindow(4, 20.0, 30.0), lag_s=0.02, unread=[]))
+    reporter.publish(WindowReport(StepWindow(4, 20.0, 30.0), lag_s=0.02, unread=[], sample_gap_s=0.1))
     assert health.gauge(BOUNDARY_LAG) == 0.02  # the next step starts afresh
+    assert health.gauge(SAMPLE_GAP) == 0.1
     assert health.gauge(TARGETS_UNREAD) == 0

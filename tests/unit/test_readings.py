@@ -243,3 +243,25 @@ def test_a_gauge_reading_answered_after_the_window_ended_is_not_a_sample_of_it()
 def test_a_gauge_reading_of_an_unread_end_answered_after_it_is_not_a_sample_of_the_window() -> None:
     readings = target(gauge_reading(1.001, 1.004, 2.0), gauge_reading(1.25, 1.34, 0.0), Reading(1.34, 1.4, None))
     assert gauge_samples(readings, StepWindow(3, 1.0, 1.3)) == [(1.001, 2.0)]
+
+
+def test_a_windows_sample_gap_is_the_longest_stretch_without_a_gauge_sample() -> None:
+    """Sampled every 0.1 s but stalled from 1.3 to 2.2 (a starved sampler): the window's gauges rest on no reading in
+    that stretch, and the window says so."""
+    readings = target(
+        gauge_reading(1.0, 1.01, 2.0),
+        gauge_reading(1.1, 1.11, 2.0),
+        gauge_reading(1.3, 1.31, 0.0),
+        gauge_reading(2.2, 2.21, 0.0),
+        gauge_reading(2.5, 2.51, 2.0),  # the end's
+    )
+    window = StepWindow(1, 1.05, 2.5)
+    start, end = readings.start_stand(1.05), readings.end_stand(2.5)
+    assert end is not None
+    read = window_readings({readings.instance: readings}, {readings.instance: (start, end)}, window, {})
+    assert read.gap_s == pytest.approx(0.9)
+    short = StepWindow(1, 2.3, 2.4)  # no reading inside: its one sample is the end's, at its end
+    start, end = readings.start_stand(2.3), readings.end_stand(2.4)
+    assert end is not None
+    read = window_readings({readings.instance: readings}, {readings.instance: (start, end)}, short, {})
+    assert read.gap_s == pytest.approx(0.1)

@@ -434,6 +434,7 @@ class ScrapeProducer:
             unread=read.unread,
             targets=len(targets),
             reader=reader,
+            sample_gap_s=read.gap_s if self._sample_interval_s > 0 else None,
         )
 
     def unanswered(self) -> list[str]:

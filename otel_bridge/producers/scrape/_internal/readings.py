@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -212,7 +213,8 @@ class TargetReadings:
 class WindowReadings:
     """What one window reads of every target: samples by sample name, for counters (each boundary's reading at the
     boundary's time, the readings between them at their own) and for gauges (only readings taken inside the window),
-    the targets unread at its end, and how far its boundaries' readings were from them."""
+    the targets unread at its end, how far its boundaries' readings were from them, and the longest time a target went
+    without a gauge sample in it."""
 
     counting: dict[str, list[RawSeries]]
     observed: dict[str, list[RawSeries]]
@@ -220,6 +222,10 @@ class WindowReadings:
     """Target (``host:port``) -> seconds from its last successful reading (when never read: from when the bridge began
     scraping it) to the window's end, for the targets unread at the end."""
     lag_s: float
+    gap_s: float = 0.0
+    """The longest stretch of the window, over the targets read in it, between its start, the gauge samples of a
+    target (:func:`_taken_inside`) and its end: the resolution of its gauges' figures (the whole window for a target
+    whose one sample is the end's reading)."""
 
 
 def window_readings(
@@ -233,7 +239,7 @@ def window_readings(
     counting: dict[SeriesKey, tuple[list[Sample], list[float | None]]] = {}
     observed: dict[SeriesKey, tuple[list[Sample], list[float | None]]] = {}
     unread: dict[str, float] = {}
-    lag = 0.0
+    lag = gap = 0.0
     for instance, target in targets.items():
         start_stand, end_stand = stands[instance]
         for boundary, stand in ((window.start, start_stand), (window.end, end_stand)):
@@ -251,10 +257,19 @@ def window_readings(
         _collect(counting, instance, [(r.sent, r) for r in between], keys)
         if end is not None:  # also when it is the base: the same values at both boundaries, no increase
             _collect(counting, instance, [(window.end, end)], keys)
-        _collect(observed, instance, _taken_inside(window, start_stand, between, end_stand), keys)
+        taken = _taken_inside(window, start_stand, between, end_stand)
+        _collect(observed, instance, taken, keys)
+        if taken and not end_stand.unread:
+            gap = max(gap, _longest_gap(window, [t for t, _ in taken]))
     if len(keys) > _MAX_CACHED_SERIES:  # series churn (restarts, new label values): start afresh
         keys.clear()
-    return WindowReadings(_by_name(counting), _by_name(observed), unread, lag)
+    return WindowReadings(_by_name(counting), _by_name(observed), unread, lag, gap)
+
+
+def _longest_gap(window: StepWindow, stamps: Sequence[float]) -> float:
+    """The longest stretch between the window's start, ``stamps`` (in order) and its end."""
+    points = [*([window.start] if window.start is not None else []), *stamps, window.end]
+    return max((b - a for a, b in itertools.pairwise(points)), default=0.0)
 
 
 def _taken_inside(

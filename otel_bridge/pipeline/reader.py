@@ -245,9 +245,10 @@ class StepMetricReader(MetricReader):
         Windows are produced in the order of their starts, the step's first among equals: a producer that keeps
         samples between windows (the scrape producer) may then drop those before the start of the window it was
         last asked about. Health is read once they all are: a phase's window only raises the step's
-        ``otel_bridge/boundary_lag_s`` (:class:`~otel_bridge.producers.window_report.WindowReporter`), so the record
-        says how late the readings of any of its boundaries were. ``until`` (monotonic) is when the step's production
-        deadline ends, if it has one.
+        ``otel_bridge/boundary_lag_s`` and ``otel_bridge/sample_gap_s``
+        (:class:`~otel_bridge.producers.window_report.WindowReporter`), so the record says how late the readings of
+        any of its boundaries were and how far apart its gauges' samples. ``until`` (monotonic) is when the step's
+        production deadline ends, if it has one.
         """
         order = sorted([None, *phases], key=lambda p: (_start_of(window) if p is None else p.start, p is not None))
         infra: list[Metric] = []

@@ -25,37 +25,55 @@ settings.load_profile("otel-bridge")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm"  # copied from shared/fixtures/vllm (vLLM 0.32)
 
 
+class Renders:
+    """The ``/metrics`` pages a server rendered (a :class:`VLLMServer`'s ``on_render``): how many, and when, for
+    whose ``Accept`` (a Prometheus asks for OpenMetrics first, the bridge for the text format); tests wait on them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._served: deque[tuple[float, str]] = deque(maxlen=4096)  # when each page was rendered, for whose Accept
+        self._cond = threading.Condition()
+
+    def seen(self, body: bytes, accept: str) -> None:
+        with self._cond:
+            self.count += 1
+            self._served.append((time.time(), accept))
+            self._cond.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> None:
+        """Block until ``count`` pages were rendered in all (fails after ``timeout_s``)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.count >= count, timeout_s):
+                raise AssertionError(f"{self.count} /metrics renders, expected {count}")
+
+    def wait_after(self, t: float, by: Callable[[str], bool] = lambda accept: True, timeout_s: float = 10.0) -> None:
+        """Block until a page was rendered after ``t`` (``time.time()``) for a scraper whose ``Accept`` header ``by``
+        tells (any scraper by default; fails after ``timeout_s``)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: any(w > t and by(a) for w, a in self._served), timeout_s):
+                raise AssertionError(f"no /metrics render for that scraper after {t:.3f} within {timeout_s} s")
+
+
 class Replica:
     """One simulated vLLM server (:class:`VLLMServer`): ``sim`` counts, ``server`` is its port alone (stop it for a
     network partition), ``process`` restarts it as vLLM restarts (``go_down``/``come_up``). ``route`` is how its
-    ``/metrics`` answers: vLLM's own text route, or prometheus_client's negotiation (:func:`replica_routes`)."""
+    ``/metrics`` answers: vLLM's own text route, or prometheus_client's negotiation (:func:`replica_routes`);
+    ``renders`` the pages it served."""
 
     def __init__(self, model_name: str = "tiny", route: MetricsRoute = "text") -> None:
         self.sim = VLLMSimulator(model_name=model_name, engine="0")
-        self.scrapes = 0
-        self._served: deque[tuple[float, str]] = deque(maxlen=4096)  # when each page was rendered, for whose Accept
-        self._scraped = threading.Condition()
-        self.process = VLLMServer(self.sim, on_render=self._count_scrape, route=route).start()
+        self.renders = Renders()
+        self.process = VLLMServer(self.sim, on_render=self.renders.seen, route=route).start()
         self.server: MetricsHTTPServer = self.process.http
 
-    def _count_scrape(self, body: bytes, accept: str) -> None:
-        with self._scraped:
-            self.scrapes += 1
-            self._served.append((time.time(), accept))
-            self._scraped.notify_all()
-
-    def wait_for_scrape_after(self, t: float, by: Callable[[str], bool], timeout_s: float = 10.0) -> None:
-        """Block until the endpoint rendered a page at or after ``t`` (``time.time()``) for a scraper whose ``Accept``
-        header ``by`` tells (fails after ``timeout_s``)."""
-        with self._scraped:
-            if not self._scraped.wait_for(lambda: any(w >= t and by(a) for w, a in self._served), timeout_s):
-                raise AssertionError(f"{self.url} rendered no page for that scraper after {t:.3f} in {timeout_s} s")
+    @property
+    def scrapes(self) -> int:
+        """The scrapes it served in all."""
+        return self.renders.count
 
     def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
         """Block until the endpoint has served ``count`` scrapes in all (fails after ``timeout_s``)."""
-        with self._scraped:
-            if not self._scraped.wait_for(lambda: self.scrapes >= count, timeout_s):
-                raise AssertionError(f"{self.url} served {self.scrapes} scrapes, expected {count}")
+        self.renders.wait_for(count, timeout_s)
 
     @property
     def url(self) -> str:

@@ -18,7 +18,6 @@ explicit calls between quiet boundaries, so the truth of each step is known exac
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -31,6 +30,7 @@ import pytest
 from otel_bridge import Bridge
 from otel_bridge.tools.simulation.data_parallel import DataParallelVLLM
 from otel_bridge.tools.simulation.vllm import ServedEngine, VLLMServer, VLLMSimulator
+from tests.conftest import Renders
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 
 pytestmark = [
@@ -69,24 +69,6 @@ def complete(engine: VLLMSimulator | DataParallelVLLM, requests: int) -> None:
         engine.complete_request(
             prompt_tokens=4, generation_tokens=TOKENS, ttft_s=0.1, e2e_s=0.4, queue_s=0.01, itl_s=0.1
         )
-
-
-class Renders:
-    """When the server rendered ``/metrics``: a test waits for the boundary reading before the port goes down."""
-
-    def __init__(self) -> None:
-        self._last = 0.0
-        self._cond = threading.Condition()
-
-    def seen(self, body: bytes, accept: str) -> None:
-        with self._cond:
-            self._last = time.time()
-            self._cond.notify_all()
-
-    def wait_after(self, t: float, timeout_s: float = 10.0) -> None:
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._last > t, timeout_s):
-                raise AssertionError(f"no /metrics render after {t} within {timeout_s} s")
 
 
 @dataclass

@@ -159,7 +159,7 @@ def test_phase_windows_count_the_traffic_inside_each_phase_on_the_promql_path(
         boundary = time.time()
         prometheus.wait_for_scrapes_after(boundary)
         for replica in replicas:
-            replica.wait_for_scrape_after(boundary, by=asked_by_the_bridge)
+            replica.renders.wait_after(boundary, by=asked_by_the_bridge)
 
     with Bridge.from_config(config) as bridge:
         quiet = lambda: prometheus.wait_for_scrapes_after(time.time())  # noqa: E731

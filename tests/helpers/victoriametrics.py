@@ -21,7 +21,7 @@ import yaml
 from tests.helpers.peers import VICTORIAMETRICS, peer_binary
 from tests.helpers.prometheus_server import ServerProcess
 
-__all__ = ["Importer", "VictoriaMetricsServer", "victoria_metrics_binary"]
+__all__ = ["Importer", "VictoriaMetricsServer", "import_text", "victoria_metrics_binary"]
 
 
 def victoria_metrics_binary() -> str:
@@ -109,6 +109,15 @@ class VictoriaMetricsServer(ServerProcess):
         return result
 
 
+def import_text(url: str, text: str, *, job: str, instance: str) -> None:
+    """Push a text exposition into the VictoriaMetrics at ``url`` (``/api/v1/import/prometheus``, ``job`` and
+    ``instance`` added): samples without a timestamp are stamped on arrival, so what ``text`` read before it was sent
+    carries a later time."""
+    params = [("extra_label", f"job={job}"), ("extra_label", f"instance={instance}")]
+    response = requests.post(f"{url}/api/v1/import/prometheus", params=params, data=text.encode(), timeout=5)
+    response.raise_for_status()
+
+
 class Importer:
     """Pushes what ``/metrics`` endpoints serve into VictoriaMetrics every ``interval_s`` seconds, as a push pipeline
     would (``/api/v1/import/prometheus``, stamped on arrival, ``job`` and ``instance`` added): series no scrape target
@@ -135,12 +144,7 @@ class Importer:
         try:
             while not self._stop.is_set():
                 for metrics_url, instance in self.endpoints:
-                    text = requests.get(metrics_url, timeout=5).text
-                    params = [("extra_label", f"job={self.job}"), ("extra_label", f"instance={instance}")]
-                    response = requests.post(
-                        f"{self.url}/api/v1/import/prometheus", params=params, data=text.encode(), timeout=5
-                    )
-                    response.raise_for_status()
+                    import_text(self.url, requests.get(metrics_url, timeout=5).text, job=self.job, instance=instance)
                 self.pushes += 1
                 self._stop.wait(self.interval_s)
         except (requests.RequestException, OSError) as exc:  # handed to stop(), which raises it in the test

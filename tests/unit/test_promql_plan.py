@@ -6,8 +6,8 @@ import pytest
 
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowPlan
-from otel_bridge.producers.promql._internal.sources.samples import boundary_sums, summed_share
+from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer, WindowPlan
+from otel_bridge.producers.promql._internal.sources.samples import boundary_sums, reconcile, summed_share
 from otel_bridge.producers.statistics import RawSeries
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.prometheus.promql import parse_duration, value_alternation
@@ -20,8 +20,16 @@ QUERIES = [GAUGE, COUNTER, HIST]
 WINDOW = StepWindow(step=3, start=1000.0, end=1010.0)
 
 
-def plan(window: StepWindow = WINDOW) -> WindowPlan:
-    return WindowPlan(QUERIES, window, increase_queries=[1, 2], pad_s=2.0, closing_s=1.5, counters=boundary_sums)
+def plan(window: StepWindow = WINDOW, *, closing_s: float = 1.5, closing_from: float | None = None) -> WindowPlan:
+    return WindowPlan(
+        QUERIES,
+        window,
+        increase_queries=[1, 2],
+        pad_s=2.0,
+        closing_s=closing_s,
+        closing_from=closing_from,
+        counters=boundary_sums,
+    )
 
 
 def series(tag: str, value: float, **labels: str) -> PromSeries:
@@ -57,17 +65,40 @@ def test_the_last_window_is_closed_by_the_first_sample_after_its_end() -> None:
     )
 
 
+def test_a_last_window_read_by_arrival_is_closed_after_the_series_first_arrivals() -> None:
+    """Read by arrival, a series' first sample after the end may hold what its sender read before the end: the last
+    window is closed by the first sample after ``closing_from`` (the latest of those first arrivals), and by the first
+    after the end only for a series with none later; the lag is measured to the sample used."""
+    final = plan(StepWindow(3, 1000.0, 1010.0, final=True), closing_from=1010.5)
+    assert final.expression is not None
+    assert (
+        "(min_over_time(vllm:generation_tokens_total[1s] @ 1011.500) or "
+        "min_over_time(vllm:generation_tokens_total[1500ms] @ 1011.500) or "
+        "last_over_time(vllm:generation_tokens_total[12s] @ 1010.000))"
+    ) in final.expression
+    assert "(timestamp(vllm:generation_tokens_total) > 1010.500)[1s:" in final.expression
+    samples = [(999.0, 12.0), (1009.0, 5.0), (1010.2, 6.0), (1011.0, 7.0)]
+    raw = RawSeries("vllm:generation_tokens_total", {"instance": "a"}, samples)
+    assert summed_share(final, 1, raw) == (("vllm:generation_tokens_total", ()), 7.0 - 12.0)
+    one_after = RawSeries("vllm:generation_tokens_total", {"instance": "b"}, samples[:3])
+    assert summed_share(final, 1, one_after) == (("vllm:generation_tokens_total", ()), 6.0 - 12.0)
+    # A target re-read (it restarted in the window): its exact increase runs to the same closing sample.
+    restarted = RawSeries(
+        "vllm:generation_tokens_total",
+        {"job": "push", "instance": "a"},
+        [(999.0, 12.0), (1004.0, 2.0), (1009.0, 5.0), (1010.2, 6.0), (1011.0, 7.0)],
+    )
+    answer = WindowAnswer(
+        increases={1: {("vllm:generation_tokens_total", ()): 7.0 - 12.0}}, reread={1: {("push", "a")}}
+    )
+    reconcile(final, answer, [restarted])
+    assert sum(answer.increases[1].values()) == 2.0 + 3.0 + 1.0 + 1.0
+
+
 def test_the_last_window_without_known_targets_ends_at_its_end() -> None:
     """Series that arrive by remote write (no scrape target: closing_s 0) have no later sample to wait for: the last
     window is read at its end, as the others (it used to ask for a 0 s range, which PromQL refuses)."""
-    final = WindowPlan(
-        QUERIES,
-        StepWindow(3, 1000.0, 1010.0, final=True),
-        increase_queries=[1, 2],
-        pad_s=2.0,
-        closing_s=0,
-        counters=boundary_sums,
-    )
+    final = plan(StepWindow(3, 1000.0, 1010.0, final=True), closing_s=0)
     assert final.close_at == 1010.0
     assert final.expression is not None
     assert "last_over_time(vllm:generation_tokens_total[12s] @ 1010.000)" in final.expression

@@ -23,7 +23,8 @@ known evaluations (``sources/recording_rules.py``). :meth:`WindowPlan.read` sort
 source reconciles what it asked for (:meth:`WindowPlan.reread_expression` fetches the re-read targets' raw samples).
 
 The run's last window (:attr:`StepWindow.final`) is closed by the first sample after its end, ``closing_s`` later at
-the latest (:attr:`WindowPlan.close_at`).
+the latest (:attr:`WindowPlan.close_at`); for series read by arrival, by the first after
+:attr:`WindowPlan.closing_from`.
 
 Every part carries a label ``otel_bridge_q`` naming what it answers (``3/max``: metric 3's max; ``2/increase/0``,
 ``2/reread``, ``2/lag/end``, ``down``, ``present``); series with a value the plan did not issue are ignored.
@@ -181,7 +182,8 @@ class WindowPlan:
     ``increase_queries`` are the indices of the counter, histogram and ratio queries whose increases Prometheus sums
     (the others are read elsewhere, e.g. by boundary scrapes); ``counters`` writes their parts (the window source's
     way of reading them, after the gauges' and raw PromQL's parts). ``pad_s`` is how far before a boundary its sample
-    may lie (2 scrape intervals); ``closing_s`` how far after the end of a final window its closing sample may lie.
+    may lie (2 scrape intervals); ``closing_s`` how far after the end of a final window its closing sample may lie,
+    ``closing_from`` after when (default: the end).
     ``watched`` are the instances whose presence in Prometheus the answer reports (:attr:`WindowAnswer.present`);
     ``report_unread`` asks for the targets whose last scrape before the window's end failed
     (:attr:`WindowAnswer.unread`).
@@ -195,6 +197,7 @@ class WindowPlan:
         increase_queries: Sequence[int],
         pad_s: float,
         closing_s: float,
+        closing_from: float | None = None,
         counters: CounterParts | None = None,
         report_down: bool = True,
         report_unread: bool = False,
@@ -212,6 +215,9 @@ class WindowPlan:
         self.close_at = (
             window.end + closing_s if window.final and self.increase_queries and closing_s > 0 else window.end
         )
+        self.closing_from = window.end if closing_from is None else min(max(closing_from, window.end), self.close_at)
+        """After when a sample may close the run's last window: its end, or (:mod:`.arrivals`) the latest of the
+        series' first arrivals after it, which may hold what their sender read before the end."""
         self.reread_until = self.close_at
         """Until when a re-read target's raw samples are fetched: :attr:`close_at`, or a later closing evaluation."""
         self.reread_from: float | None = None

@@ -3,8 +3,8 @@ its union, re-read targets raw, and turn the answer into metrics and a window re
 
 A source decides which parts its counting queries get (:data:`~.plan.CounterParts`) and how re-read targets are
 reconciled (:data:`Reconcile`); the rest is the same for all of them: the union's common parts (gauges, raw PromQL,
-failed and unread targets: :class:`~.plan.WindowPlan`), the waits for stored samples and remote-written arrivals, the
-answer's warnings, Prometheus' ``up`` as health keys, and the statistics.
+failed and unread targets: :class:`~.plan.WindowPlan`), the waits for stored samples and for arrivals
+(:mod:`.arrivals`), the answer's warnings, Prometheus' ``up`` as health keys, and the statistics.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from otel_bridge.health import (
     Health,
 )
 from otel_bridge.producers.metric_set import MetricQuery
+from otel_bridge.producers.promql._internal.arrivals import ArrivalWait
 from otel_bridge.producers.promql._internal.histogram_storage import with_histogram_storage
 from otel_bridge.producers.promql._internal.plan import (
     REREAD_LOOKBACK_S,
@@ -61,7 +62,6 @@ _log = logging.getLogger(__name__)
 
 _STORED_SLACK_S = 0.25  # after a scrape's timeout, until its samples are queryable
 _CLOSING_SLACK_S = 0.1  # past one interval after a final window's end, where its closing sample may lie
-_ARRIVAL_POLL_S = 0.25  # how often the arrival of remote-written samples after a window's end is asked
 
 Reconcile = Callable[[WindowPlan, WindowAnswer, Sequence[RawSeries]], None]
 """Replaces the re-read targets' share of the answer's sums (:attr:`WindowAnswer.reread`) by what their raw samples
@@ -100,6 +100,14 @@ class StoreReader:
         self._down_keys: set[str] = set()  # instances with a scrape_errors key from Prometheus' ``up``
         self._last_read: dict[str, float] = {}  # unread instances -> their last successful scrape
         self._impossible = ImpossibleValues(health, warn)
+        gauges = {n for q in self.queries if q.kind == "gauge" and q.name for n in q.stored(q.name)}
+        self._arrivals = ArrivalWait(
+            client,
+            setup,
+            [*setup.primary_names, *gauges],
+            utf8=frozenset(n for q in self.queries for n in q.utf8_names),
+            closed=closed,
+        )
 
     # -- before asking ---------------------------------------------------------------------------------------------
 
@@ -113,16 +121,17 @@ class StoreReader:
         self, window: StepWindow, counting: Sequence[int], *, closing_s: float, counters: CounterParts
     ) -> WindowPlan:
         """The union for ``window`` with the common parts and the counting queries' (``counters``), once the samples
-        of remote-written series after the window's end have arrived (:meth:`await_arrivals`). The plan's window is
+        of series no known target serves have arrived after the window's end (:mod:`.arrivals`). The plan's window is
         ``window`` on the store's clock (:meth:`read_clock`)."""
         window = self.read_clock(window)
-        arrived = self.await_arrivals(window)
+        arrived = self._arrivals.wait(window)
         return WindowPlan(
             self.queries,
             window,
             increase_queries=counting,
             pad_s=self.setup.pad_s,
-            closing_s=closing_s if arrived is None else arrived - window.end,
+            closing_s=closing_s if arrived is None else arrived.closed_at - window.end,
+            closing_from=None if arrived is None else arrived.closing_from,
             counters=counters,
             report_unread=not self._scrapes_name_members and bool(self._serving.members),
             watched=sorted(self._down_keys),
@@ -158,40 +167,6 @@ class StoreReader:
                 CLOCK_OFFSET,
             )
         return clock.to_store(window)
-
-    def await_arrivals(self, window: StepWindow) -> float | None:
-        """With no target known (the series arrive by remote write: the collector's, the trainer's own), wait until
-        every series the window read from Prometheus has a sample after its end, which shows that nothing stamped
-        inside the window is still on its way (remote write sends a series' samples in order) and gives the run's last
-        window the sample that closes it; at most two of ``prometheus.scrape_interval_s`` after the end. Returns when
-        that was (``None`` when the targets' schedule says it instead)."""
-        setup = self.setup
-        gauges = {n for q in self.queries if q.kind == "gauge" and q.name for n in q.stored(q.name)}
-        names = sorted({*setup.primary_names, *gauges})
-        utf8 = {n for q in self.queries for n in q.utf8_names}
-        interval_s = setup.schedule.interval_s
-        if setup.schedule.targets_known or not names or window.start is None:
-            return None
-        deadline = window.end + 2.0 * interval_s + setup.store.storing_delay_s
-        # Only series still reporting near the end: one that stopped earlier in the window (a departed source) has no
-        # sample coming and must not hold every later window until the deadline.
-        span = promql.duration(max(min(window.end - window.start, 1.5 * interval_s), 0.001))
-        while not self.closed.is_set():
-            now = setup.clock.now()
-            if now >= deadline:  # a window of the past (or one waited for long enough): nothing to ask
-                return now
-            after = now - window.end
-            if after >= 0.001:
-                missing = " + ".join(
-                    f"(count(count_over_time({name}[{span}] @ {window.end:.3f}) unless "
-                    f"count_over_time({name}[{promql.duration(after)}])) or vector(0))"
-                    for name in (promql.selector(n, utf8=n in utf8) for n in names)
-                )
-                result = self.client.query(missing, time=now)
-                if not result.series or result.series[0].samples[-1][1] == 0:
-                    return now
-            self.closed.wait(min(_ARRIVAL_POLL_S, max(deadline - now, 0.0)) or _ARRIVAL_POLL_S)
-        return setup.clock.now()
 
     def wait_until_stored(self, t: float, delay_s: float | None = None) -> None:
         """Wait until every scrape that started at or before ``t`` (the store's time) is stored (``delay_s`` after it:

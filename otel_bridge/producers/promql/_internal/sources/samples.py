@@ -12,7 +12,8 @@ of that one replica and exactness is kept. The lag parts ask how far from each b
 lie (``timestamp(x @ t)``).
 
 The run's last window is closed by the first sample after its end (for a counter between resets the smallest sample
-after it: ``min_over_time``), :attr:`WindowPlan.close_at` at the latest. The store's exact increase
+after it: ``min_over_time``), :attr:`WindowPlan.close_at` at the latest; read by arrival, the first after
+:attr:`WindowPlan.closing_from` (:mod:`..arrivals`). The store's exact increase
 (:mod:`.exact_increase`) and the recording rules (:mod:`.recording_rules`) read their run's last window, or the
 queries the rules do not serve, with these parts.
 """
@@ -113,14 +114,23 @@ def _end_value(plan: WindowPlan, sel: str, *, native: bool = False) -> str:
     window = plan.window
     assert window.start is not None
     within = f"last_over_time({sel}[{promql.duration(window.end - window.start + plan.pad_s)}] @ {at(window.end)})"
-    if not window.final or plan.close_at <= window.end:  # no targets known: nothing closes it later (remote write)
+    if not window.final or plan.close_at <= window.end:  # nothing closes it later
         return within
-    after = promql.duration(plan.close_at - window.end)
     # A native histogram has no smallest sample (min_over_time skips histograms): its first one after the end, which
     # is the smallest between resets (and any reset after it is a later process's); on a store without
     # first_over_time, its last one up to close_at (lag_parts measures that one).
     closing = ("first_over_time" if plan.first_over_time else "last_over_time") if native else "min_over_time"
-    return f"({closing}({sel}[{after}] @ {at(plan.close_at)}) or {within})"
+    # After closing_from (the series' first arrivals, when read by arrival), else after the end, else inside.
+    after = [
+        f"{closing}({sel}[{promql.duration(plan.close_at - t)}] @ {at(plan.close_at)})" for t in _closing_starts(plan)
+    ]
+    return f"({' or '.join([*after, within])})"
+
+
+def _closing_starts(plan: WindowPlan) -> list[float]:
+    """After when the samples closing the run's last window are looked for, in order of preference."""
+    window = plan.window
+    return [plan.closing_from, window.end] if plan.closing_from > window.end else [window.end]
 
 
 def _base_value(plan: WindowPlan, sel: str) -> str:
@@ -183,13 +193,16 @@ def _lags(plan: WindowPlan, primary: str, closed_by_last: bool) -> tuple[str, st
     end_lag = f"abs({at(window.end)} - timestamp({primary} @ {at(plan.close_at)}))"
     if window.final and plan.close_at > window.end:
         # The run's last window is closed by each series' first sample after its end (the smallest counter value
-        # there), which may lie well before close_at when the window is closed by arrivals: that sample's distance,
-        # found by a subquery once per run (a series with none after the end: its last one before).
-        after = promql.duration(plan.close_at - window.end)
+        # there; read by arrival, after closing_from), which may lie well before close_at when the window is closed
+        # by arrivals: that sample's distance, found by a subquery once per run (a series with none after the end:
+        # its last one before).
         resolution = promql.duration(max(plan.pad_s / 20, 0.001))
-        after_end = f"(timestamp({primary}) > {at(window.end)})[{after}:{resolution}]"
-        first = f"{'max' if closed_by_last else 'min'}_over_time({after_end} @ {at(plan.close_at)})"
-        end_lag = f"({first} - {at(window.end)}) or abs({at(window.end)} - timestamp({primary} @ {at(window.end)}))"
+        firsts = []
+        for t in _closing_starts(plan):
+            after = f"(timestamp({primary}) > {at(t)})[{promql.duration(plan.close_at - t)}:{resolution}]"
+            first = f"{'max' if closed_by_last else 'min'}_over_time({after} @ {at(plan.close_at)})"
+            firsts.append(f"({first} - {at(window.end)})")
+        end_lag = " or ".join([*firsts, f"abs({at(window.end)} - timestamp({primary} @ {at(window.end)}))"])
     start_lag = f"abs({at(window.start)} - timestamp({primary} @ {at(window.start)}))"
     return end_lag, start_lag
 
@@ -211,8 +224,8 @@ def summed_share(plan: WindowPlan, index: int, series: RawSeries) -> tuple[tuple
 
     Mirrors the ``end``/``start`` parts exactly (``last_over_time`` ignores staleness, so raw samples determine it):
     the end value is the last sample in ``(start - pad, end]`` (for a final window the smallest sample in
-    ``(end, close_at]`` when there is one, a native histogram's last one there on a store without ``first_over_time``),
-    the start value the last sample in ``(start - pad, start]``.
+    ``(closing_from, close_at]``, else in ``(end, close_at]``, when there is one, a native histogram's last one there
+    on a store without ``first_over_time``), the start value the last sample in ``(start - pad, start]``.
     """
     window = plan.window
     assert window.start is not None
@@ -221,7 +234,9 @@ def summed_share(plan: WindowPlan, index: int, series: RawSeries) -> tuple[tuple
         return None
     low = window.start - plan.pad_s
     end_values = [v for t, v in series.samples if low < t <= window.end]
-    after = [v for t, v in series.samples if window.end < t <= plan.close_at]
+    after: list[float] = []
+    for since in _closing_starts(plan):
+        after = after or [v for t, v in series.samples if since < t <= plan.close_at]
     start_values = [v for t, v in series.samples if low < t <= window.start]
     closing = after[-1] if after and series.native and not plan.first_over_time else min(after, default=None)
     end = closing if window.final and after else (end_values[-1] if end_values else None)
@@ -248,7 +263,6 @@ def reconcile(
 ) -> None:
     """Replace the re-read targets' share of the sums of the counting queries ``indices`` (default: all of the
     plan's) by their exact increase over the window, from their ``raw`` samples."""
-    window = plan.window
     for index, chosen in answer.reread.items():
         if indices is not None and index not in indices:
             continue
@@ -259,18 +273,22 @@ def reconcile(
             share = summed_share(plan, index, series)
             if share is not None:
                 summed[share[0]] = summed.get(share[0], 0.0) - share[1]
-        closed = [_closed_by(s, window) for s in mine]
+        closed = [_closed_by(s, plan) for s in mine]
         exact = window_increases(query, closed, exact_window(plan)) or {}
         answer.increases[index] = merge_increases(answer.increases.get(index, {}), summed, exact)
 
 
-def _closed_by(series: RawSeries, window: StepWindow) -> RawSeries:
-    """For the run's last window: the series' samples up to its first one after the end (which closes the window)."""
-    if not window.final:
+def _closed_by(series: RawSeries, plan: WindowPlan) -> RawSeries:
+    """For the run's last window: the series' samples up to the one that closes it, its first after
+    :attr:`WindowPlan.closing_from` (else its first after the end)."""
+    if not plan.window.final:
+        return series
+    since = next((t for t in _closing_starts(plan) if any(t < s[0] <= plan.close_at for s in series.samples)), None)
+    if since is None:
         return series
     kept = []
     for sample in series.samples:
         kept.append(sample)
-        if sample[0] > window.end:
+        if sample[0] > since:
             break
     return RawSeries(series.name, series.labels, kept)

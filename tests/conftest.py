@@ -16,7 +16,13 @@ from otel_bridge.tools.simulation.http import MetricsHTTPServer, MetricsRoute
 from otel_bridge.tools.simulation.vllm import VLLMServer, VLLMSimulator
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 
-pytest_plugins = ["tests.ray_fixtures", "tests.plugins.tiers", "tests.plugins.sleeps", "tests.plugins.machine"]
+pytest_plugins = [
+    "tests.ray_fixtures",
+    "tests.plugins.tiers",
+    "tests.plugins.sleeps",
+    "tests.plugins.machine",
+    "tests.plugins.timeline",
+]
 
 # Property tests explore the same examples on every run (deterministic suite); no per-example deadline on 2 cores.
 settings.register_profile("otel-bridge", derandomize=True, deadline=None, print_blob=True)

@@ -38,6 +38,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -95,8 +96,11 @@ def _exclusive_hold(marker: str, *, quiet: bool) -> Iterator[None]:
     # for the other's hold, and one waiting for `machine` must not hold `quiet` (a quiet block takes it after).
     fcntl.flock(calm, fcntl.LOCK_UN)
     fcntl.flock(machine, fcntl.LOCK_UN)
+    asked = time.monotonic()
     _through(intent, machine, fcntl.LOCK_EX)
     _through(calm_intent, calm, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+    if item is not None:
+        item.user_properties.append(("hold_waited_s", f"{time.monotonic() - asked:.3f}"))
     _exclusive = True
     try:
         yield
@@ -148,10 +152,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def _shared(
     item: pytest.Item, machine: int, intent: int, calm: int, calm_intent: int
 ) -> Generator[None, object, object]:
-    """The test's shared holds: ``machine`` for a server test, then ``quiet`` for every test."""
+    """The test's shared holds: ``machine`` for a server test, then ``quiet`` for every test (the time waited for
+    them is the report's ``held_back_s``, tests/plugins/timeline.py)."""
+    asked = time.monotonic()
     if item.get_closest_marker("server") is not None:
         _through(intent, machine, fcntl.LOCK_SH)
     _through(calm_intent, calm, fcntl.LOCK_SH)
+    item.user_properties.append(("held_back_s", f"{time.monotonic() - asked:.3f}"))
     try:
         return (yield)
     finally:

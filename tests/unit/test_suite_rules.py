@@ -13,7 +13,7 @@ import types
 import pytest
 
 from tests.conftest import Replica
-from tests.plugins import machine, sleeps, tiers
+from tests.plugins import machine, sleeps, tiers, timeline
 
 pytest_plugins = ["pytester"]
 
@@ -146,11 +146,17 @@ def others_beside_a_hold(
     monkeypatch.setenv("PYTHONPATH", str(tiers.ROOT))
     monkeypatch.delenv(machine.LOCKS_ENV, raising=False)  # the inner run's own locks, not this run's
     log = pytester.path / "log.jsonl"
-    pytester.makeconftest('pytest_plugins = ["tests.plugins.machine"]')
+    pytester.makeconftest('pytest_plugins = ["tests.plugins.machine", "tests.plugins.timeline"]')
     module = HOLDING.format(log=str(log), hold=hold, marker=marker, others_marks=others_marks)
     pytester.makepyfile(test_holding=module)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "load")
+    report = pytester.path / "junit.xml"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "--dist", "load", f"--junitxml={report}"
+    )
     result.assert_outcomes(passed=13)
+    ran = timeline.spans(report)  # the report's timeline: every test, its worker, its start
+    assert sorted({span.worker for span in ran}) == ["gw0", "gw1"], ran
+    assert len(ran) == 13, ran
     notes = [json.loads(line) for line in log.read_text().splitlines()]
     held, released = [t for what, _, t in notes if what in ("hold", "release")]
     others = {what.split()[1]: w for what, w, _ in notes if what.startswith("begin")}

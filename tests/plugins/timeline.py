@@ -1,0 +1,100 @@
+"""Where a parallel run's wall time went, from the JUnit report ``make test`` writes: this plugin records each test's
+worker and start in it (``worker``, ``started``), tests/plugins/machine.py the time another worker's hold kept it
+waiting (``held_back_s``, ``hold_waited_s``).
+
+``python -m tests.plugins.timeline [.test-times/junit.xml]`` prints, per worker, the seconds it ran tests, waited for
+the machine's locks and sat idle (between its tests and after its last one until the run's end), and the groups that
+ran last (the run's tail).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.plugins.tiers import TIMINGS, group_of
+
+__all__ = ["Span", "spans", "summary"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """One test: its worker, when it began (epoch seconds), how long it took (setup, call and teardown) and how much
+    of that it waited for the machine's locks."""
+
+    nodeid: str
+    worker: str
+    started: float
+    seconds: float
+    waited_s: float
+
+    @property
+    def ended(self) -> float:
+        return self.started + self.seconds
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    item.user_properties.append(("worker", os.environ.get("PYTEST_XDIST_WORKER", "main")))
+    item.user_properties.append(("started", f"{time.time():.3f}"))
+    return (yield)
+
+
+def spans(report: Path = TIMINGS) -> list[Span]:
+    """The tests of ``report`` that carry a worker and a start (those of a run with tiers.py's timeline)."""
+    found = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        if "worker" not in props or "started" not in props:
+            continue
+        classname, name = case.get("classname", ""), case.get("name", "")
+        nodeid = f"{classname.replace('.', '/')}.py::{name}"
+        waited = float(props.get("held_back_s") or 0.0) + float(props.get("hold_waited_s") or 0.0)
+        started, seconds = float(str(props["started"])), float(case.get("time", 0))
+        found.append(Span(nodeid, str(props["worker"]), started, seconds, waited))
+    return sorted(found, key=lambda span: span.started)
+
+
+def summary(found: list[Span], tail: int = 8) -> str:
+    """Per worker: tests, locks, idle; then the ``tail`` groups that ended last."""
+    if not found:
+        return "no timeline in the report (a run before tests/plugins/tiers.py recorded one)"
+    begin, end = min(s.started for s in found), max(s.ended for s in found)
+    lines = [f"run: {end - begin:.0f} s from the first test's start to the last one's end, {len(found)} tests"]
+    by_worker: dict[str, list[Span]] = defaultdict(list)
+    for span in found:
+        by_worker[span.worker].append(span)
+    for worker, mine in sorted(by_worker.items()):
+        ran = sum(s.seconds for s in mine)
+        waited = sum(s.waited_s for s in mine)
+        gaps = sum(max(0.0, b.started - a.ended) for a, b in itertools.pairwise(mine))
+        after = end - mine[-1].ended
+        lines.append(
+            f"{worker}: {len(mine)} tests, {ran - waited:.0f} s running, {waited:.0f} s held back by another "
+            f"worker's hold, {gaps:.0f} s between tests, idle {after:.0f} s at the end"
+        )
+    groups: dict[str, list[Span]] = defaultdict(list)
+    for span in found:
+        groups[group_of(span.nodeid)].append(span)
+    last = sorted(groups.items(), key=lambda item: max(s.ended for s in item[1]))[-tail:]
+    lines.append("groups that ended last (group: worker, began, ended, seconds, from the run's start):")
+    for group, mine in last:
+        first, final = min(s.started for s in mine), max(s.ended for s in mine)
+        lines.append(
+            f"  {group}: {mine[0].worker}, {first - begin:.0f} -> {final - begin:.0f} s, "
+            f"{sum(s.seconds for s in mine):.0f} s"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summary(spans(Path(sys.argv[1]) if len(sys.argv) > 1 else TIMINGS)))

@@ -28,18 +28,20 @@ __all__ = ["Span", "spans", "summary"]
 
 @dataclass(frozen=True)
 class Span:
-    """One test: its worker, when it began (epoch seconds), how long it took (setup, call and teardown) and how much
-    of that it waited for the machine's locks."""
+    """One test: its worker, when it began (epoch seconds), how long another worker's hold kept it from starting
+    (``held_back_s``, before its setup), how long it took (setup, call and teardown: ``seconds``) and how much of that
+    it waited for a hold of its own (``hold_waited_s``)."""
 
     nodeid: str
     worker: str
     started: float
+    held_back_s: float
     seconds: float
-    waited_s: float
+    hold_waited_s: float
 
     @property
     def ended(self) -> float:
-        return self.started + self.seconds
+        return self.started + self.held_back_s + self.seconds
 
 
 @pytest.hookimpl(wrapper=True)
@@ -58,9 +60,9 @@ def spans(report: Path = TIMINGS) -> list[Span]:
             continue
         classname, name = case.get("classname", ""), case.get("name", "")
         nodeid = f"{classname.replace('.', '/')}.py::{name}"
-        waited = float(props.get("held_back_s") or 0.0) + float(props.get("hold_waited_s") or 0.0)
         started, seconds = float(str(props["started"])), float(case.get("time", 0))
-        found.append(Span(nodeid, str(props["worker"]), started, seconds, waited))
+        held_back, hold_waited = float(props.get("held_back_s") or 0.0), float(props.get("hold_waited_s") or 0.0)
+        found.append(Span(nodeid, str(props["worker"]), started, held_back, seconds, hold_waited))
     return sorted(found, key=lambda span: span.started)
 
 
@@ -74,13 +76,13 @@ def summary(found: list[Span], tail: int = 8) -> str:
     for span in found:
         by_worker[span.worker].append(span)
     for worker, mine in sorted(by_worker.items()):
-        ran = sum(s.seconds for s in mine)
-        waited = sum(s.waited_s for s in mine)
+        ran = sum(s.seconds - s.hold_waited_s for s in mine)
+        waited = sum(s.held_back_s + s.hold_waited_s for s in mine)
         gaps = sum(max(0.0, b.started - a.ended) for a, b in itertools.pairwise(mine))
         after = end - mine[-1].ended
         lines.append(
-            f"{worker}: {len(mine)} tests, {ran - waited:.0f} s running, {waited:.0f} s held back by another "
-            f"worker's hold, {gaps:.0f} s between tests, idle {after:.0f} s at the end"
+            f"{worker}: {len(mine)} tests, {ran:.0f} s running, {waited:.0f} s waiting for another worker's hold, "
+            f"{gaps:.0f} s between tests, idle {after:.0f} s at the end"
         )
     groups: dict[str, list[Span]] = defaultdict(list)
     for span in found:

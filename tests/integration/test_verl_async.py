@@ -53,6 +53,7 @@ VAL_KEY = "val-core/gsm8k/reward/mean@1"
 SYNC_S = 1.0  # the weight sync: the rollout servers sleep this long, one after the other, inside its phase
 SAMPLE_INTERVAL_S = 0.1  # scrape.sample_interval_s
 SAMPLE_GAP = "otel_bridge/sample_gap_s"
+LAG = "otel_bridge/boundary_lag_s"
 
 
 def slept_idle_s(record: dict[str, float]) -> float:
@@ -62,6 +63,16 @@ def slept_idle_s(record: dict[str, float]) -> float:
     phase's length: the phase also holds the sleep and wake-up requests, while a server is still or already generating
     (0.29 s of a 1.29 s phase on a loaded run)."""
     return 2 * (SYNC_S - 2 * max(SAMPLE_INTERVAL_S, record[SAMPLE_GAP]))
+
+
+def read_inside(record: dict[str, float], phase: str) -> bool:
+    """Whether the record says its readings stood for ``phase``: its boundaries read, and no reading missed, for less
+    than half the phase's length. The sampler's child process runs at a low priority: on a loaded run (cc26) it read
+    a 0.63 s ``update_actor`` 1.3 s late with a 1.0 s gap, so what stood for it was rendered in the sync after it,
+    the servers asleep and generating nothing; the record said so (its lag and sample gap), and nothing bounds the
+    phase's figures then."""
+    half = record[f"phase/{phase}/seconds"] / 2
+    return record[LAG] < half and record[SAMPLE_GAP] < half
 
 
 RUNNER_SCRIPT = textwrap.dedent(
@@ -413,7 +424,7 @@ def _rollout_side(record: dict[str, float], phase: str) -> str:
     prefix = f"phase/{phase}/"
     keys = ("seconds", IDLE, AWAKE, ASLEEP, TOKENS)
     said = {key: record.get(prefix + key) for key in keys}
-    health = {key: record.get(key) for key in ("otel_bridge/boundary_lag_s", SAMPLE_GAP)}
+    health = {key: record.get(key) for key in (LAG, SAMPLE_GAP)}
     return f"step {record.get('step')}, {phase}: {said}, {health}"
 
 
@@ -468,14 +479,15 @@ def test_fully_async_trainer_one_record_per_sync_cycle_with_the_waits_and_the_we
         )
         # the rollout side meanwhile: generating while the trainer waits and while it updates, asleep for the sync
         assert f"phase/wait_for_rollouts/{TOKENS}" in record  # tokens while the trainer waited: 0 if it did not
-        assert record[f"phase/update_actor/{TOKENS}"] > 0  # the servers generate while the trainer updates
+        updated = _rollout_side(record, "update_actor")
+        if read_inside(record, "update_actor"):  # the servers generate while the trainer updates
+            assert record[f"phase/update_actor/{TOKENS}"] > 0, updated
+            assert record[f"phase/update_actor/{IDLE}"] <= 0.2 * 2 * record["phase/update_actor/seconds"], updated
         synced = _rollout_side(record, "update_weights")
         assert record[f"phase/update_weights/{IDLE}"] >= slept_idle_s(record), f"idle through the sync: {synced}"
         if record[SAMPLE_GAP] < SYNC_S:  # a reading while both slept
             assert record[f"phase/update_weights/{AWAKE}"] == 0, synced
             assert record[f"phase/update_weights/{ASLEEP}"] == 2, synced
-        updated = _rollout_side(record, "update_actor")
-        assert record[f"phase/update_actor/{IDLE}"] <= 0.2 * 2 * record["phase/update_actor/seconds"], updated
         # the step covers its whole cycle, the sync included: its idle server-seconds hold the sync's (to a sampling
         # interval, or the longest gap between readings, per server at each edge of the sync)
         resolution = max(SAMPLE_INTERVAL_S, record[SAMPLE_GAP])
@@ -503,5 +515,6 @@ def test_one_step_off_trainer_waits_for_the_batch_generated_during_the_previous_
         assert record["phase/wait_for_rollouts/seconds"] == pytest.approx(record["timing_s/gen"], abs=0.05)
         assert record["phase/update_weights/seconds"] == pytest.approx(record["timing_s/update_weights"], abs=0.05)
         assert record["timing_s/generate_async"] > 0  # verl's own timing of the generation, which is no phase
-        assert record[f"phase/update_actor/{TOKENS}"] > 0
+        if read_inside(record, "update_actor"):
+            assert record[f"phase/update_actor/{TOKENS}"] > 0, _rollout_side(record, "update_actor")
         assert record[f"phase/update_weights/{IDLE}"] >= slept_idle_s(record), _rollout_side(record, "update_weights")

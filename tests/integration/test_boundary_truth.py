@@ -608,11 +608,15 @@ def sum_errors(outcome: Outcome, path: str) -> list[str]:
     return errors
 
 
-def lag_errors(outcome: Outcome, path: str) -> list[str]:
-    """The lag is reported and bounded: one scrape interval (plus one rule interval through the rules) and 1 s."""
+def lag_errors(outcome: Outcome, path: str, *, last_intervals: int | None = None) -> list[str]:
+    """The lag is reported and bounded: one scrape interval (plus one rule interval through the rules) and 1 s;
+    ``last_intervals`` for the run's last step, when it is closed otherwise (by arrivals: the second after its end)."""
     errors = []
-    intervals = 2 if mode_of(path) == "rules" else 1
-    for record in outcome.records[path]:
+    records = outcome.records[path]
+    for record in records:
+        intervals = 2 if mode_of(path) == "rules" else 1
+        if record is records[-1] and last_intervals is not None:
+            intervals = last_intervals
         lag = record.values.get(LAG_KEY)
         if lag is None:
             errors.append(f"step {record.step} : no {LAG_KEY} in the record")

@@ -217,7 +217,8 @@ class PrometheusServer(ServerProcess):
     ``--enable-feature`` names; ``fallback_scrape_protocol`` is set on the generated job (3.x), and so are
     ``scrape_options``, more keys of its scrape config as Prometheus names them
     (``{"convert_classic_histograms_to_nhcb": True}``: 3.x stores each classic histogram as one native series with
-    custom buckets). ``discovery_reload_s``
+    custom buckets). ``remote_read`` is the config's ``remote_read:`` list (a test's remote-read endpoint).
+    ``discovery_reload_s``
     is how often a Prometheus 3 applies target changes (:data:`DISCOVERY_RELOAD_S`; ``None``: its default, 5 s, for a
     test of what a client sees before Prometheus took up its targets).
     """
@@ -243,6 +244,7 @@ class PrometheusServer(ServerProcess):
         otlp: Mapping[str, Any] | None = None,
         discovery_reload_s: float | None = DISCOVERY_RELOAD_S,
         scrape_options: Mapping[str, Any] | None = None,
+        remote_read: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         super().__init__(workdir, port, "/-/ready")
         if version not in PROMETHEUS_VERSIONS:
@@ -258,6 +260,7 @@ class PrometheusServer(ServerProcess):
         self.features = list(features)
         self.fallback_scrape_protocol = fallback_scrape_protocol
         self.scrape_options = dict(scrape_options or {})
+        self.remote_read = [dict(endpoint) for endpoint in remote_read]
         self.targets = list(targets)
         self.scrape_interval_s = scrape_interval_s
         self.extra_scrape_configs = list(extra_scrape_configs)
@@ -293,6 +296,8 @@ class PrometheusServer(ServerProcess):
             config["rule_files"] = ["rules.yml"]
         if self.otlp is not None:
             config["otlp"] = self.otlp
+        if self.remote_read:
+            config["remote_read"] = self.remote_read
         return config
 
     def command(self) -> list[str]:

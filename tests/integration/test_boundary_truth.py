@@ -32,8 +32,9 @@ Cases:
 - ``*_busy``: the same on a saturated machine (two CPU-bound processes beside the bridges from their start until
   they are closed, as on a trainer node);
 - ``down``: one replica's HTTP server down for two steps (``auto`` only);
-- slow rules (``rules`` only, its own test): the rule group turns slow to evaluate after the bridge started, so its
-  evaluations are stored seconds after the time they stand for.
+- slow rules (``rules`` only, its own test): the rule group turns slow to evaluate after the bridge started (a rule
+  waiting on a slow remote-read endpoint put first), so its evaluations are stored seconds after the time they stand
+  for.
 
 Contiguous cases end steps 1.. with ``bridge.log({}, step)``, whose window starts exactly at the previous boundary,
 so the windows tile the run. Traffic starts ``BAND_S`` after the first boundary and stops right before the last one:
@@ -64,6 +65,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,10 +81,10 @@ from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql._internal.rules import rules_document
 from tests.conftest import Replica, replica_routes
 from tests.helpers.cpu_load import CPULoad
+from tests.helpers.http_servers import Response, ScriptedHTTPServer
 from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
-from tests.plugins.machine import quiet_machine
 
 pytestmark = [
     pytest.mark.integration,
@@ -136,22 +138,23 @@ def worker_group(test: str) -> str:
     """The part of this module a test belongs to (tests/plugins/tiers.py): the run it reads. Each case runs once per
     Prometheus version, in the worker that runs the tests reading it, so the runs spread over the workers; the
     ``*_busy`` runs share one part, whose worker holds the machine while the others run the tests that need no
-    server. The slow-rules runs share one part too: each one's Prometheus spends about a core on its costly rules, and
-    two at once (seen on a new machine's first run) took both cores, slowing each group far past the lateness the
-    test is about (12 s, not 2) and starving the scrapes of the server tests beside them; each holds the machine
-    quiet (tests/plugins/machine.py)."""
+    server. Each slow-rules run is a part of its own."""
     name, _, params = test.partition("[")
     values = params.rstrip("]").split("-") if params else []
     if name == "test_rules_stay_exact_when_their_evaluation_is_stored_late":
-        return "slow_rules"
-    case = next((v for v in values if v.removesuffix("_busy") in CASE_SPECS), None)
-    if case is None:  # tests of one case, named in their body
-        case = {"test_last_step_counts_the_traffic_until_its_end": "contiguous"}.get(name, "down")
+        return f"slow_rules@{values[0]}"
+    case = next((v for v in values if v.removesuffix("_busy") in CASE_SPECS), None) or ONE_CASE.get(name, "down")
     if case.endswith("_busy"):
         return "busy"
     versions = [version_of(v) for v in values if "@" in v] + [v for v in values if v in PROMETHEUS_VERSIONS]
     return f"{case}@{versions[0] if versions else version_of('scrape')}"  # the scrape path runs beside the first
 
+
+#: Tests of one case, named in their body (not a parameter).
+ONE_CASE = {
+    "test_last_step_counts_the_traffic_until_its_end": "contiguous",
+    "test_down_target_is_reported_and_the_sum_stays_exact": "down",
+}
 
 BUSY_PROCESSES = 2  # CPU-bound processes beside a *_busy case: the machine's two cores taken
 
@@ -197,11 +200,16 @@ class Outcome:
 
 @contextmanager
 def environment(
-    workdir: Path, interval_s: float, versions: Sequence[str] = PROMETHEUS_VERSIONS
+    workdir: Path,
+    interval_s: float,
+    versions: Sequence[str] = PROMETHEUS_VERSIONS,
+    *,
+    remote_read: Sequence[Mapping[str, Any]] = (),
 ) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
-    """Two replicas and a real Prometheus of each of ``versions`` scraping them every ``interval_s``; all stopped on
-    exit. The replicas serve ``/metrics`` one through vLLM's text route, one through prometheus_client's negotiation
-    (``replica_routes``: a 2.42 stores the second one's names escaped, ``vllm_x``, beside the first's ``vllm:x``)."""
+    """Two replicas and a real Prometheus of each of ``versions`` scraping them every ``interval_s`` (its
+    ``remote_read`` endpoints as given); all stopped on exit. The replicas serve ``/metrics`` one through vLLM's text
+    route, one through prometheus_client's negotiation (``replica_routes``: a 2.42 stores the second one's names
+    escaped, ``vllm_x``, beside the first's ``vllm:x``)."""
     replicas: list[Replica] = []
     servers: dict[str, PrometheusServer] = {}
     try:
@@ -215,6 +223,7 @@ def environment(
                 scrape_interval_s=interval_s,
                 rules=rules,
                 version=version,
+                remote_read=remote_read,
             )
             servers[version].start()
         for server in servers.values():
@@ -493,31 +502,101 @@ def version_of(path: str) -> str:
     return path.partition("@")[2] or PROMETHEUS_VERSIONS[0]
 
 
-@pytest.fixture(scope="module")
-def outcome_of(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Outcome]:
-    """The outcome of a case by name (``<case>_busy``: the same case on a saturated machine) for the Prometheus
-    version ``path`` reads, run once per module and version: each run has one Prometheus and its own bridges, as a
-    trainer node has, so the versions do not share (and load) one machine's case."""
-    done: dict[tuple[str, str], Outcome] = {}
+def run_of(item: pytest.Item) -> tuple[str, str] | None:
+    """The case and Prometheus version whose run test ``item`` reads (``None``: it reads none of ``outcome_of``'s)."""
+    params: dict[str, Any] = getattr(getattr(item, "callspec", None), "params", {})
+    case = params.get("case") or ONE_CASE.get(getattr(item, "originalname", ""))
+    if not isinstance(case, str) or case.removesuffix("_busy") not in CASE_SPECS:
+        return None
+    path = params.get("path") or (on("auto", params["version"]) if "version" in params else "scrape")
+    return case, version_of(path)
 
-    def get(name: str, path: str) -> Outcome:
-        version = version_of(path)
-        if (name, version) not in done:
+
+class Runs:
+    """The module's case runs, each run once and kept for the tests that read it; while one runs, the servers of the
+    next run its worker's group needs (by the collection order of its tests) start beside it, so that run does not
+    wait for its Prometheus' first scrapes (Prometheus 2 applies its targets only after 5 s)."""
+
+    def __init__(self, session: pytest.Session, module: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._done: dict[tuple[str, str], Outcome] = {}
+        self._order: dict[str, list[tuple[str, str]]] = {}  # worker group -> its runs, in order
+        for item in session.items:
+            run = run_of(item) if item.nodeid.partition("::")[0] == module else None
+            if run is not None and run not in self._order.setdefault(worker_group(item.name), []):
+                self._order[worker_group(item.name)].append(run)
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="next-run")
+        self._started: dict[tuple[str, str], tuple[Path, Future[Started]]] = {}
+
+    def get(self, name: str, path: str) -> Outcome:
+        run = name, version_of(path)
+        if run not in self._done:
+            self._start_next(run)
             spec = CASE_SPECS[name.removesuffix("_busy")]
-            paths = [p for p in spec.paths if version_of(p) == version]
-            done[name, version] = run_case(
+            workdir, stores = self._stores(run, spec.interval_s)
+            self._done[run] = run_case(
                 name,
-                tmp_path_factory.mktemp(f"{name}-{version}"),
+                workdir,
                 interval_s=spec.interval_s,
                 contiguous=spec.contiguous,
                 drive=spec.drive,
-                paths=paths,
+                paths=[p for p in spec.paths if version_of(p) == run[1]],
                 busy=name.endswith("_busy"),
-                stores=lambda workdir, interval_s: environment(workdir, interval_s, (version,)),
+                stores=stores,
             )
-        return done[name, version]
+        return self._done[run]
 
-    return get
+    def _start_next(self, run: tuple[str, str]) -> None:
+        order = next((runs for runs in self._order.values() if run in runs), [])
+        following = [r for r in order[order.index(run) + 1 :] if r not in self._done] if run in order else []
+        if following and following[0] not in self._started:
+            name, version = following[0]
+            workdir = self._tmp.mktemp(f"{name}-{version}")
+            interval_s = CASE_SPECS[name.removesuffix("_busy")].interval_s
+            self._started[following[0]] = workdir, self._ahead.submit(Started, workdir, interval_s, version)
+
+    def _stores(self, run: tuple[str, str], interval_s: float) -> tuple[Path, Environment]:
+        if run in self._started:
+            workdir, started = self._started.pop(run)
+            return workdir, lambda _workdir, _interval_s: started.result().adopted()
+        name, version = run
+        workdir = self._tmp.mktemp(f"{name}-{version}")
+        return workdir, lambda workdir, interval_s: environment(workdir, interval_s, (version,))
+
+    def close(self) -> None:
+        self._ahead.shutdown(wait=True)
+        for _, started in self._started.values():
+            if started.exception() is None:
+                started.result().stack.close()
+
+
+class Started:
+    """A run's :func:`environment` of one Prometheus version, started ahead of the run (:class:`Runs`)."""
+
+    def __init__(self, workdir: Path, interval_s: float, version: str) -> None:
+        self.stack = ExitStack()
+        with self.stack:
+            self.stores = self.stack.enter_context(environment(workdir, interval_s, (version,)))
+            self.stack = self.stack.pop_all()
+
+    @contextmanager
+    def adopted(self) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
+        with self.stack:
+            yield self.stores
+
+
+@pytest.fixture(scope="module")
+def outcome_of(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str, str], Outcome]]:
+    """The outcome of a case by name (``<case>_busy``: the same case on a saturated machine) for the Prometheus
+    version ``path`` reads, run once per module and version: each run has one Prometheus and its own bridges, as a
+    trainer node has, so the versions do not share (and load) one machine's case."""
+    runs = Runs(request.session, request.node.nodeid, tmp_path_factory)
+    try:
+        yield runs.get
+    finally:
+        runs.close()
 
 
 # -- checks -----------------------------------------------------------------------------------------------------------
@@ -841,32 +920,48 @@ def test_the_log_says_once_per_path_that_a_target_is_unread(
 
 # -- a rule group that turns slow while the run goes on ----------------------------------------------------------------
 
-# Rules each costing ~0.3 s (2.42) / ~0.15 s (3.16) of Prometheus' CPU on this machine (a 2.4M-point subquery), put
-# ahead of the bridge's rules in its group: the group's evaluation then takes about 2 s, so each evaluation's samples,
-# stamped with its scheduled time, are stored about 2 s later, past the bridge's usual wait after a boundary.
-SLOW_RULE = "sum_over_time(vector(1)[40m:1ms])"
-SLOW_RULES = {"2.42": 7, "3.16": 14}
+# A rule whose selector carries this matcher is also read from the Prometheus' remote-read endpoint (its
+# ``required_matchers``), which answers after SLOW_S: put ahead of the bridge's rules in its group, the group's
+# evaluation then takes SLOW_S longer, so each evaluation's samples, stamped with its scheduled time, are stored about
+# SLOW_S later, past the bridge's usual wait after a boundary. Prometheus waits on the endpoint (its answer is an
+# error: the rule's query keeps the local result, with a warning), not on a core, so the test loads the machine as
+# any server test does. (Costly rules that took ~2 s of Prometheus' CPU did the same and took a core from every test
+# beside it, which then had to wait.)
+SLOW_MATCHER = {"otel_bridge_test": "slow"}
+SLOW_RULE = 'count(up{otel_bridge_test="slow"})'
+SLOW_S = 2.0
+
+
+@contextmanager
+def slow_remote_read() -> Iterator[dict[str, Any]]:
+    """A remote-read endpoint that answers every read after :data:`SLOW_S` (with a 503), as Prometheus' ``remote_read``
+    entry: only selectors with :data:`SLOW_MATCHER` read it."""
+    with ScriptedHTTPServer(lambda request: Response(status=503, delay_s=SLOW_S)) as endpoint:
+        yield {
+            "url": f"{endpoint.url}/read",
+            "read_recent": True,
+            "required_matchers": SLOW_MATCHER,
+            "remote_timeout": f"{int(SLOW_S * 3)}s",
+        }
 
 
 def slow_rule_group(servers: Mapping[str, PrometheusServer], version: str) -> Callable[[list[Replica], Traffic], None]:
     """A hook that makes the ``otel-bridge`` rule group of ``servers[version]`` (known once the case runs) slow to
-    evaluate: its rule file rewritten with :data:`SLOW_RULES` costly rules first, then Prometheus told to reload it
-    (SIGHUP), as a platform team adding rules to a running Prometheus does."""
+    evaluate: its rule file rewritten with a :data:`SLOW_RULE` first, then Prometheus told to reload it (SIGHUP), as a
+    platform team adding rules to a running Prometheus does."""
 
     def hook(replicas: list[Replica], traffic: Traffic) -> None:
         server = servers[version]
         assert server.rules is not None
         assert server.process is not None
         (group,) = server.rules["groups"]
-        slow = [{"record": f"test:slow_{i}", "expr": SLOW_RULE} for i in range(SLOW_RULES[version])]
-        document = {"groups": [{**group, "rules": [*slow, *group["rules"]]}]}
+        document = {"groups": [{**group, "rules": [{"record": "test:slow", "expr": SLOW_RULE}, *group["rules"]]}]}
         (server.workdir / "rules.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
         server.process.send_signal(signal.SIGHUP)
 
     return hook
 
 
-@pytest.mark.quiet  # its Prometheus spends a core on the costly rules: no other test may take that core meanwhile
 @pytest.mark.parametrize("version", PROMETHEUS_VERSIONS)
 def test_rules_stay_exact_when_their_evaluation_is_stored_late(
     version: str, tmp_path_factory: pytest.TempPathFactory
@@ -880,23 +975,25 @@ def test_rules_stay_exact_when_their_evaluation_is_stored_late(
 
     @contextmanager
     def stores(workdir: Path, interval_s: float) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
-        with environment(workdir, interval_s, (version,)) as (replicas, servers):
+        with (
+            slow_remote_read() as remote_read,
+            environment(workdir, interval_s, (version,), remote_read=[remote_read]) as (replicas, servers),
+        ):
             started.update(servers)
             yield replicas, servers
 
     path = on("rules", version)
-    with quiet_machine():
-        outcome = run_case(
-            "slow_rules",
-            tmp_path_factory.mktemp(f"slow_rules-{version}"),
-            interval_s=1.0,
-            contiguous=True,
-            drive=drive_contiguous(
-                [1.2, 1.2, 1.2, 1.2, 2.8, 1.2, 1.2, 1.2, 1.2, 1.2],
-                hooks={1: slow_rule_group(started, version), 4: restart_replica_0(1.0)},
-            ),
-            paths=[path],
-            stores=stores,
-        )
+    outcome = run_case(
+        "slow_rules",
+        tmp_path_factory.mktemp(f"slow_rules-{version}"),
+        interval_s=1.0,
+        contiguous=True,
+        drive=drive_contiguous(
+            [1.2, 1.2, 1.2, 1.2, 2.8, 1.2, 1.2, 1.2, 1.2, 1.2],
+            hooks={1: slow_rule_group(started, version), 4: restart_replica_0(1.0)},
+        ),
+        paths=[path],
+        stores=stores,
+    )
     errors = step_errors(outcome, path, lag_slack) + sum_errors(outcome, path)
     assert not errors, report(outcome, path, errors)

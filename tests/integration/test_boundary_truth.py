@@ -65,7 +65,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -502,101 +501,31 @@ def version_of(path: str) -> str:
     return path.partition("@")[2] or PROMETHEUS_VERSIONS[0]
 
 
-def run_of(item: pytest.Item) -> tuple[str, str] | None:
-    """The case and Prometheus version whose run test ``item`` reads (``None``: it reads none of ``outcome_of``'s)."""
-    params: dict[str, Any] = getattr(getattr(item, "callspec", None), "params", {})
-    case = params.get("case") or ONE_CASE.get(getattr(item, "originalname", ""))
-    if not isinstance(case, str) or case.removesuffix("_busy") not in CASE_SPECS:
-        return None
-    path = params.get("path") or (on("auto", params["version"]) if "version" in params else "scrape")
-    return case, version_of(path)
-
-
-class Runs:
-    """The module's case runs, each run once and kept for the tests that read it; while one runs, the servers of the
-    next run its worker's group needs (by the collection order of its tests) start beside it, so that run does not
-    wait for its Prometheus' first scrapes (Prometheus 2 applies its targets only after 5 s)."""
-
-    def __init__(self, session: pytest.Session, module: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-        self._tmp = tmp_path_factory
-        self._done: dict[tuple[str, str], Outcome] = {}
-        self._order: dict[str, list[tuple[str, str]]] = {}  # worker group -> its runs, in order
-        for item in session.items:
-            run = run_of(item) if item.nodeid.partition("::")[0] == module else None
-            if run is not None and run not in self._order.setdefault(worker_group(item.name), []):
-                self._order[worker_group(item.name)].append(run)
-        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="next-run")
-        self._started: dict[tuple[str, str], tuple[Path, Future[Started]]] = {}
-
-    def get(self, name: str, path: str) -> Outcome:
-        run = name, version_of(path)
-        if run not in self._done:
-            self._start_next(run)
-            spec = CASE_SPECS[name.removesuffix("_busy")]
-            workdir, stores = self._stores(run, spec.interval_s)
-            self._done[run] = run_case(
-                name,
-                workdir,
-                interval_s=spec.interval_s,
-                contiguous=spec.contiguous,
-                drive=spec.drive,
-                paths=[p for p in spec.paths if version_of(p) == run[1]],
-                busy=name.endswith("_busy"),
-                stores=stores,
-            )
-        return self._done[run]
-
-    def _start_next(self, run: tuple[str, str]) -> None:
-        order = next((runs for runs in self._order.values() if run in runs), [])
-        following = [r for r in order[order.index(run) + 1 :] if r not in self._done] if run in order else []
-        if following and following[0] not in self._started:
-            name, version = following[0]
-            workdir = self._tmp.mktemp(f"{name}-{version}")
-            interval_s = CASE_SPECS[name.removesuffix("_busy")].interval_s
-            self._started[following[0]] = workdir, self._ahead.submit(Started, workdir, interval_s, version)
-
-    def _stores(self, run: tuple[str, str], interval_s: float) -> tuple[Path, Environment]:
-        if run in self._started:
-            workdir, started = self._started.pop(run)
-            return workdir, lambda _workdir, _interval_s: started.result().adopted()
-        name, version = run
-        workdir = self._tmp.mktemp(f"{name}-{version}")
-        return workdir, lambda workdir, interval_s: environment(workdir, interval_s, (version,))
-
-    def close(self) -> None:
-        self._ahead.shutdown(wait=True)
-        for _, started in self._started.values():
-            if started.exception() is None:
-                started.result().stack.close()
-
-
-class Started:
-    """A run's :func:`environment` of one Prometheus version, started ahead of the run (:class:`Runs`)."""
-
-    def __init__(self, workdir: Path, interval_s: float, version: str) -> None:
-        self.stack = ExitStack()
-        with self.stack:
-            self.stores = self.stack.enter_context(environment(workdir, interval_s, (version,)))
-            self.stack = self.stack.pop_all()
-
-    @contextmanager
-    def adopted(self) -> Iterator[tuple[list[Replica], dict[str, PrometheusServer]]]:
-        with self.stack:
-            yield self.stores
-
-
 @pytest.fixture(scope="module")
-def outcome_of(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[[str, str], Outcome]]:
+def outcome_of(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Outcome]:
     """The outcome of a case by name (``<case>_busy``: the same case on a saturated machine) for the Prometheus
     version ``path`` reads, run once per module and version: each run has one Prometheus and its own bridges, as a
     trainer node has, so the versions do not share (and load) one machine's case."""
-    runs = Runs(request.session, request.node.nodeid, tmp_path_factory)
-    try:
-        yield runs.get
-    finally:
-        runs.close()
+    done: dict[tuple[str, str], Outcome] = {}
+
+    def get(name: str, path: str) -> Outcome:
+        version = version_of(path)
+        if (name, version) not in done:
+            spec = CASE_SPECS[name.removesuffix("_busy")]
+            paths = [p for p in spec.paths if version_of(p) == version]
+            done[name, version] = run_case(
+                name,
+                tmp_path_factory.mktemp(f"{name}-{version}"),
+                interval_s=spec.interval_s,
+                contiguous=spec.contiguous,
+                drive=spec.drive,
+                paths=paths,
+                busy=name.endswith("_busy"),
+                stores=lambda workdir, interval_s: environment(workdir, interval_s, (version,)),
+            )
+        return done[name, version]
+
+    return get
 
 
 # -- checks -----------------------------------------------------------------------------------------------------------

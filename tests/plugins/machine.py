@@ -1,5 +1,5 @@
 """The machine as a resource the parallel workers share: a test that saturates it on purpose takes it from every test
-that needs a server, and a test whose own server needs the machine's cores takes it from every test.
+that needs a server.
 
 The timing-sensitive truth tests run on a saturated machine on purpose (``*_busy`` cases: CPU-bound processes on
 every core, as on a trainer node), measuring what the bridge does there. With parallel workers
@@ -14,21 +14,14 @@ window against a store, only what the code computes, so they run beside a satura
 beside its hogs), and the workers the saturating test would leave idle run them meanwhile (tiers.py hands out the
 saturating groups first, then these).
 
-A test whose server spends the machine's cores on purpose and measures what that costs (a Prometheus whose costly
-rules take about a core, so its rule evaluations are stored about 2 s late) cannot share them even with the quick
-tier: two CPU-bound tests beside it (cc20, CI at stop 45) starved its Prometheus until no evaluation was stored for
-the rest of the run. It runs inside :func:`quiet_machine`, which also holds the ``quiet`` lock every test takes
-shared: no other worker runs any test meanwhile. Such a test is handed out with the other server tests, not first.
-
-A test that enters :func:`whole_machine` is marked ``saturates`` (so tiers.py can schedule it first), one that enters
-:func:`quiet_machine` is marked ``quiet``, or it fails, naming this module.
+A test that enters :func:`whole_machine` is marked ``saturates`` (so tiers.py can schedule it first), or it fails,
+naming this module.
 
 ``flock`` locks in a directory of the run (one per ``pytest`` run, made by the controller and handed to the workers
-in :data:`LOCKS_ENV`): ``machine`` (shared per server test, exclusive for a saturating or quiet block), ``quiet``
-(shared per test, exclusive for a quiet block), and for each an ``intent`` lock, which a block holds exclusively while
-it waits, and every test that takes the lock shared passes through first, so a waiting block is not starved by the
-other workers' stream of tests. ``machine`` is always taken before ``quiet``. Without workers, everything is one
-process and no call waits.
+in :data:`LOCKS_ENV`): ``machine`` (shared per server test, exclusive for a saturating block) and its ``intent`` lock,
+which a block holds exclusively while it waits, and every test that takes ``machine`` shared passes through first, so
+a waiting block is not starved by the other workers' stream of tests. Without workers, everything is one process and
+no call waits.
 """
 
 from __future__ import annotations
@@ -64,41 +57,24 @@ def _fd(name: str) -> int | None:
 @contextlib.contextmanager
 def whole_machine() -> Iterator[None]:
     """Hold the machine from the other workers' server tests (see the module docstring). Re-entrant in one process."""
-    with _exclusive_hold("saturates", quiet=False):
-        yield
-
-
-@contextlib.contextmanager
-def quiet_machine() -> Iterator[None]:
-    """Hold the machine from every test of the other workers, the quick tier's too (see the module docstring).
-    Re-entrant in one process."""
-    with _exclusive_hold("quiet", quiet=True):
-        yield
-
-
-@contextlib.contextmanager
-def _exclusive_hold(marker: str, *, quiet: bool) -> Iterator[None]:
     global _exclusive
     item = _current[-1] if _current else None
-    if item is not None and item.get_closest_marker(marker) is None:
-        what = "saturates the machine" if marker == "saturates" else "needs the machine quiet"
+    if item is not None and item.get_closest_marker("saturates") is None:
         raise RuntimeError(
-            f"{item.nodeid} {what} but is not marked `{marker}` (see {__name__}): mark the test "
-            f"(or its parameter) with pytest.mark.{marker}"
+            f"{item.nodeid} saturates the machine but is not marked `saturates` (see {__name__}): mark the test "
+            "(or its parameter) with pytest.mark.saturates"
         )
-    fds = _fd("machine"), _fd("intent"), _fd("quiet"), _fd("quiet-intent")
+    fds = _fd("machine"), _fd("intent")
     if None in fds or _exclusive:
         yield
         return
-    machine, intent, calm, calm_intent = (fd for fd in fds if fd is not None)
+    machine, intent = (fd for fd in fds if fd is not None)
     server = item is None or item.get_closest_marker("server") is not None
-    # This test's own shared holds are let go first: two workers asking for the machine at once must not each wait
-    # for the other's hold, and one waiting for `machine` must not hold `quiet` (a quiet block takes it after).
-    fcntl.flock(calm, fcntl.LOCK_UN)
+    # This test's own shared hold is let go first: two workers asking for the machine at once must not each wait for
+    # the other's hold.
     fcntl.flock(machine, fcntl.LOCK_UN)
     asked = time.monotonic()
     _through(intent, machine, fcntl.LOCK_EX)
-    _through(calm_intent, calm, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
     if item is not None:
         item.user_properties.append(("hold_waited_s", f"{time.monotonic() - asked:.3f}"))
     _exclusive = True
@@ -106,12 +82,10 @@ def _exclusive_hold(marker: str, *, quiet: bool) -> Iterator[None]:
         yield
     finally:
         _exclusive = False
-        fcntl.flock(calm, fcntl.LOCK_UN)
         if server:
-            fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared holds
+            fcntl.flock(machine, fcntl.LOCK_SH)  # back to this test's shared hold
         else:
             fcntl.flock(machine, fcntl.LOCK_UN)
-        _through(calm_intent, calm, fcntl.LOCK_SH)
 
 
 def _through(intent: int, lock: int, mode: int) -> None:
@@ -141,26 +115,21 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     _current.append(item)
     try:
-        fds = _fd("machine"), _fd("intent"), _fd("quiet"), _fd("quiet-intent")
-        if None in fds:
+        fds = _fd("machine"), _fd("intent")
+        if None in fds or item.get_closest_marker("server") is None:
             return (yield)
         return (yield from _shared(item, *(fd for fd in fds if fd is not None)))
     finally:
         _current.pop()
 
 
-def _shared(
-    item: pytest.Item, machine: int, intent: int, calm: int, calm_intent: int
-) -> Generator[None, object, object]:
-    """The test's shared holds: ``machine`` for a server test, then ``quiet`` for every test (the time waited for
-    them is the report's ``held_back_s``, tests/plugins/timeline.py)."""
+def _shared(item: pytest.Item, machine: int, intent: int) -> Generator[None, object, object]:
+    """A server test's shared hold of ``machine`` (the time waited for it is the report's ``held_back_s``,
+    tests/plugins/timeline.py)."""
     asked = time.monotonic()
-    if item.get_closest_marker("server") is not None:
-        _through(intent, machine, fcntl.LOCK_SH)
-    _through(calm_intent, calm, fcntl.LOCK_SH)
+    _through(intent, machine, fcntl.LOCK_SH)
     item.user_properties.append(("held_back_s", f"{time.monotonic() - asked:.3f}"))
     try:
         return (yield)
     finally:
-        fcntl.flock(calm, fcntl.LOCK_UN)
         fcntl.flock(machine, fcntl.LOCK_UN)

@@ -110,7 +110,7 @@ import time
 
 import pytest
 
-from tests.plugins.machine import {hold}
+from tests.plugins.machine import whole_machine
 
 LOG = {log!r}
 
@@ -121,9 +121,9 @@ def note(what):
 
 
 @pytest.mark.server
-@pytest.mark.{marker}
+@pytest.mark.saturates
 def test_holds():
-    with {hold}():
+    with whole_machine():
         note("hold")
         time.sleep(0.6)
         note("release")
@@ -138,16 +138,14 @@ def test_other(n):
 """
 
 
-def others_beside_a_hold(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, hold: str, marker: str, others_marks: str
-) -> list[str]:
-    """Two workers run a test holding the machine by ``hold`` and twelve others (with ``others_marks``): the others
-    that ran, even in part, while it held the machine (``test_other[n] (worker)``)."""
+def others_beside_a_hold(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, others_marks: str) -> list[str]:
+    """Two workers run a test holding the whole machine and twelve others (with ``others_marks``): the others that
+    ran, even in part, while it held the machine (``test_other[n] (worker)``)."""
     monkeypatch.setenv("PYTHONPATH", str(tiers.ROOT))
     monkeypatch.delenv(machine.LOCKS_ENV, raising=False)  # the inner run's own locks, not this run's
     log = pytester.path / "log.jsonl"
     pytester.makeconftest('pytest_plugins = ["tests.plugins.machine", "tests.plugins.timeline"]')
-    module = HOLDING.format(log=str(log), hold=hold, marker=marker, others_marks=others_marks)
+    module = HOLDING.format(log=str(log), others_marks=others_marks)
     pytester.makepyfile(test_holding=module)
     report = pytester.path / "junit.xml"
     result = pytester.runpytest_subprocess(
@@ -175,15 +173,7 @@ def test_a_test_holding_the_whole_machine_runs_beside_no_other_workers_server_te
 ) -> None:
     """Two workers: while one holds the machine (as a ``CPULoad`` does), the other starts no server test and none of
     its server tests is running."""
-    assert others_beside_a_hold(pytester, monkeypatch, "whole_machine", "saturates", "@pytest.mark.server") == []
-
-
-def test_a_test_holding_the_machine_quiet_runs_beside_no_other_workers_test_not_even_a_quick_one(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two workers: while one holds the machine quiet, the other starts no test at all (the quick tier's included) and
-    none is running."""
-    assert others_beside_a_hold(pytester, monkeypatch, "quiet_machine", "quiet", "") == []
+    assert others_beside_a_hold(pytester, monkeypatch, "@pytest.mark.server") == []
 
 
 UNDECLARED = """

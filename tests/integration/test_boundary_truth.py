@@ -84,6 +84,7 @@ from tests.helpers.http_servers import Response, ScriptedHTTPServer
 from tests.helpers.logs import LogRecords
 from tests.helpers.prometheus_server import PROMETHEUS_VERSIONS, PrometheusServer
 from tests.helpers.traffic import Counts, Traffic
+from tests.plugins import tiers
 
 pytestmark = [
     pytest.mark.integration,
@@ -136,15 +137,15 @@ def marked(cases: Sequence[str]) -> list[Any]:
 def worker_group(test: str) -> str:
     """The part of this module a test belongs to (tests/plugins/tiers.py): the run it reads. Each case runs once per
     Prometheus version, in the worker that runs the tests reading it, so the runs spread over the workers; the
-    ``*_busy`` runs share one part, whose worker holds the machine while the others run the tests that need no
-    server. Each slow-rules run is a part of its own."""
+    ``*_busy`` runs are the part of every saturating test (tiers.SATURATING), whose worker holds the machine while
+    the others run the tests that need no server. Each slow-rules run is a part of its own."""
     name, _, params = test.partition("[")
     values = params.rstrip("]").split("-") if params else []
     if name == "test_rules_stay_exact_when_their_evaluation_is_stored_late":
         return f"slow_rules@{values[0]}"
     case = next((v for v in values if v.removesuffix("_busy") in CASE_SPECS), None) or ONE_CASE.get(name, "down")
     if case.endswith("_busy"):
-        return "busy"
+        return tiers.SATURATING
     versions = [version_of(v) for v in values if "@" in v] + [v for v in values if v in PROMETHEUS_VERSIONS]
     return f"{case}@{versions[0] if versions else version_of('scrape')}"  # the scrape path runs beside the first
 

@@ -78,6 +78,7 @@ import pytest
 
 from tests.helpers.cpu_load import CPULoad
 from tests.helpers.prometheus_server import PrometheusServer
+from tests.plugins import tiers
 from tests.ray_fixtures import multi_node_cluster
 
 pytestmark = [
@@ -88,6 +89,14 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 6
+
+
+def worker_group(test: str) -> str:
+    """Every test of this module saturates the machine: they run in the one worker of every saturating test
+    (tests/plugins/tiers.py)."""
+    return tiers.SATURATING
+
+
 STEPS = 16  # seven steps after LEAVE_AFTER: the new agents of two bridges start on the other nodes meanwhile
 STEP_S = 1.5
 KILL_AFTER = 3

@@ -16,7 +16,9 @@ worker, one after another, and its module-scoped servers are shared as they are 
 the session's Ray cluster share one group (one Ray per run, not per worker). A module whose tests share servers in
 parts (one run per case and Prometheus version, say) declares the parts: a module-level
 ``worker_group(test: str) -> str`` maps a test's name (with its parameters) to its part, and each part is a group of
-its own. The groups are scheduled here (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record.
+its own; a part named :data:`SATURATING` joins the one group of every module's tests that saturate the machine, so
+two of them never sit in two workers waiting for each other's hold. The groups are scheduled here
+(:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record.
 They are handed out in this order:
 
 1. groups with a test marked ``saturates`` (it holds the whole machine, tests/plugins/machine.py);
@@ -78,6 +80,9 @@ HEAVY_MODULES = (
 )
 #: Fixtures of one server per run, not per worker: their modules share one worker.
 SESSION_SERVERS = {"ray_cluster": "ray"}
+#: The part (``worker_group``) of the tests that saturate the machine, one group across modules: they hold the machine
+#: one at a time (tests/plugins/machine.py), so in two workers the second would wait for the first's hold, idle.
+SATURATING = "saturating"
 ROOT = Path(__file__).resolve().parents[2]
 #: Where ``make test`` writes the JUnit report (read back to hand out the longest groups first).
 TIMINGS = ROOT / ".test-times" / "junit.xml"
@@ -146,11 +151,14 @@ def _parts_of(path: str) -> Callable[[str], str] | None:
 
 def group_of(nodeid: str) -> str:
     """The worker group of the test ``nodeid``: its file's (:func:`_file_group`), or the part of its file the module's
-    ``worker_group`` names."""
+    ``worker_group`` names (:data:`SATURATING`: the one across modules)."""
     path, _, test = nodeid.partition("::")
     group = _file_group(path)
     parts = _parts_of(path) if group == path and test else None
-    return f"{path}::{parts(test)}" if parts is not None else group
+    if parts is None:
+        return group
+    part = parts(test)
+    return part if part == SATURATING else f"{path}::{part}"
 
 
 def _node_id(classname: str, name: str) -> str | None:

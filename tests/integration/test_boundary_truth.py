@@ -143,18 +143,14 @@ def worker_group(test: str) -> str:
     values = params.rstrip("]").split("-") if params else []
     if name == "test_rules_stay_exact_when_their_evaluation_is_stored_late":
         return f"slow_rules@{values[0]}"
-    case = next((v for v in values if v.removesuffix("_busy") in CASE_SPECS), None) or ONE_CASE.get(name, "down")
+    case = next((v for v in values if v.removesuffix("_busy") in CASE_SPECS), None)
+    if case is None:  # tests of one case, named in their body
+        case = {"test_last_step_counts_the_traffic_until_its_end": "contiguous"}.get(name, "down")
     if case.endswith("_busy"):
         return tiers.SATURATING
     versions = [version_of(v) for v in values if "@" in v] + [v for v in values if v in PROMETHEUS_VERSIONS]
     return f"{case}@{versions[0] if versions else version_of('scrape')}"  # the scrape path runs beside the first
 
-
-#: Tests of one case, named in their body (not a parameter).
-ONE_CASE = {
-    "test_last_step_counts_the_traffic_until_its_end": "contiguous",
-    "test_down_target_is_reported_and_the_sum_stays_exact": "down",
-}
 
 BUSY_PROCESSES = 2  # CPU-bound processes beside a *_busy case: the machine's two cores taken
 
@@ -622,10 +618,9 @@ def lag_errors(outcome: Outcome, path: str, *, last_intervals: int | None = None
     ``last_intervals`` for the run's last step, when it is closed otherwise (by arrivals: the second after its end)."""
     errors = []
     records = outcome.records[path]
+    usual = 2 if mode_of(path) == "rules" else 1
     for record in records:
-        intervals = 2 if mode_of(path) == "rules" else 1
-        if record is records[-1] and last_intervals is not None:
-            intervals = last_intervals
+        intervals = last_intervals if record is records[-1] and last_intervals is not None else usual
         lag = record.values.get(LAG_KEY)
         if lag is None:
             errors.append(f"step {record.step} : no {LAG_KEY} in the record")

@@ -89,14 +89,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 6
-
-
-def worker_group(test: str) -> str:
-    """Every test of this module saturates the machine: they run in the one worker of every saturating test
-    (tests/plugins/tiers.py)."""
-    return tiers.SATURATING
-
-
 STEPS = 16  # seven steps after LEAVE_AFTER: the new agents of two bridges start on the other nodes meanwhile
 STEP_S = 1.5
 KILL_AFTER = 3
@@ -114,6 +106,12 @@ GAUGE_KEY = "rollout/vllm/num_requests_running/max"
 BOUNDARY_MAX_TARGETS = 2  # below the replicas Prometheus lists: one process' reach
 RUN_TIMEOUT_S = 300
 READY, LOADED, CLOSED = b"r", b"l", b"c"  # the child's and the test's messages on their pipes (see the docstring)
+
+
+def worker_group(test: str) -> str:
+    """Every test of this module saturates the machine: they run in the one worker of every saturating test
+    (tests/plugins/tiers.py)."""
+    return tiers.SATURATING
 
 
 def promql_config(url: str, name: str, runs: Path) -> dict[str, Any]:

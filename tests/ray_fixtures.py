@@ -105,6 +105,10 @@ def ray_cluster() -> Iterator[RayCluster]:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
                 _temp_dir=str(temp_dir),
+                # Ray's processes report their metrics to the node's agent every 10 s by default
+                # (ray_config_def.h); the tests reading them (the metrics-agent name forms) wait on that, not on
+                # behaviour that depends on its length. Ray floors it at 1 s.
+                _system_config={"metrics_report_interval_ms": 1000},
             )
             node = ray._private.worker.global_worker.node
             session_dir = Path(node.get_session_dir_path())

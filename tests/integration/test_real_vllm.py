@@ -11,7 +11,8 @@ scraping it every second, and five bridges side by side on the same requests and
   bound the windows, off by the record's ``otel_bridge/boundary_lag_s`` at most).
 
 Steps tile the run (step 0 begins with ``begin_step``, the others end with ``log()``), each 2 s long or until a request
-was answered in it, whichever is later (the first requests of a new process on a loaded machine take seconds). Requests
+answered in it was counted and stored by each Prometheus, whichever is later (the first requests of a new process on
+a loaded machine take seconds). Requests
 (:class:`tests.helpers.vllm_requests.Requests`, two clients, 1-12 generated tokens each) run from just after the first
 boundary, across every boundary, until right before the last one, which ends most of a scrape interval after a
 Prometheus scrape. In step 2 the requests pause, every observer reads the idle server once more (each Prometheus, and
@@ -168,9 +169,16 @@ def drive(
 
     def run_step(began: float) -> float:
         """Requests until ``STEP_S`` after ``began`` and until one was answered since then (a loaded machine answers
-        the first requests of a new process seconds late); the step's end."""
+        the first requests of a new process seconds late), counted by the server (``BAND_S`` after its answer) and in
+        every Prometheus (a scrape after that: Prometheus' samples bound the step on the ``samples`` paths); the step's
+        end. Only a new process' step waits for more than its ``STEP_S``: in cc29 (four workers) its first answer
+        came last in the step, and both ``samples`` paths read it in the next one."""
         sleep_until(began + STEP_S)
         traffic.wait_for_answer(after=began)
+        counted = min(a.answered for a in traffic.log if a.answered > began) + BAND_S
+        sleep_until(counted)
+        for prometheus in stores.values():
+            prometheus.wait_for_scrapes_after(counted)
         return time.time()
 
     for bridge in bridges:

@@ -3,7 +3,7 @@ that needs a server.
 
 The timing-sensitive truth tests run on a saturated machine on purpose (``*_busy`` cases: CPU-bound processes on
 every core, as on a trainer node), measuring what the bridge does there. With parallel workers
-(``make test PYTEST_WORKERS=3``) another worker's server test (a window read from live traffic and a real Prometheus)
+(``make test``) another worker's server test (a window read from live traffic and a real Prometheus)
 would run on that saturated machine too, unplanned, and the saturating test would share its cores with it: neither
 measures what it says. So every test marked ``server`` (tests/plugins/tiers.py) runs holding the machine *shared*, and
 :func:`whole_machine` (which :class:`tests.helpers.cpu_load.CPULoad` enters) holds it *exclusively*: it waits until

@@ -19,7 +19,8 @@ parts (one run per case and Prometheus version, say) declares the parts: a modul
 its own; a part named :data:`SATURATING` joins the one group of every module's tests that saturate the machine, so
 two of them never sit in two workers waiting for each other's hold. The groups are scheduled here
 (:func:`pytest_xdist_make_scheduler`) and marked ``xdist_group`` for the record.
-They are handed out in this order:
+They are handed out in this order (while the saturating group runs, to its worker and :data:`SATURATED_WORKERS` - 1
+others; the rest wait until it is done):
 
 1. groups with a test marked ``saturates`` (it holds the whole machine, tests/plugins/machine.py);
 2. groups that need no server: they run beside a saturating test, on the workers it would leave idle;
@@ -83,6 +84,11 @@ SESSION_SERVERS = {"ray_cluster": "ray"}
 #: The part (``worker_group``) of the tests that saturate the machine, one group across modules: they hold the machine
 #: one at a time (tests/plugins/machine.py), so in two workers the second would wait for the first's hold, idle.
 SATURATING = "saturating"
+#: The workers that take work while the :data:`SATURATING` group runs: it, and two running the quick tier beside it on
+#: the cores its hogs leave (a third beside them, cc29, slowed the timing-checked quick tests past their bounds). The
+#: others (``make test`` runs four) start when it is done: the server tests after it mostly wait on the clock
+#: (scrape intervals, server starts), about one core of the two busy.
+SATURATED_WORKERS = 3
 ROOT = Path(__file__).resolve().parents[2]
 #: Where ``make test`` writes the JUnit report (read back to hand out the longest groups first).
 TIMINGS = ROOT / ".test-times" / "junit.xml"
@@ -243,8 +249,44 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's ``loadscope`` by :func:`group_of`, its workers beyond :data:`SATURATED_WORKERS` held back while
+        the :data:`SATURATING` group runs."""
+
+        def __init__(self, config: pytest.Config, log: Any) -> None:
+            super().__init__(config, log)
+            self._saturating: set[str] | None = None  # its tests not yet done (None: not scheduled yet)
+
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
+
+        def schedule(self) -> None:
+            if self._saturating is None and self.collection_is_completed:
+                collection = next(iter(self.registered_collections.values()), [])
+                self._saturating = {nodeid for nodeid in collection if group_of(nodeid) == SATURATING}
+            super().schedule()
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if self._saturating and self.nodes.index(node) >= SATURATED_WORKERS:
+                return  # held: handed work once the saturating group is done
+            super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            self._done(self.registered_collections[node][item_index])
+            super().mark_test_complete(node, item_index, duration)
+
+        def remove_node(self, node: Any) -> str | None:
+            crashed: str | None = super().remove_node(node)
+            if crashed is not None:  # reported by xdist as failed, never completed
+                self._done(crashed)
+            return crashed
+
+        def _done(self, nodeid: str) -> None:
+            if not self._saturating:
+                return
+            self._saturating.discard(nodeid)
+            if not self._saturating:
+                for waiting in self.nodes[SATURATED_WORKERS:]:
+                    self._reschedule(waiting)
 
     return GroupScheduling(config, log)
 

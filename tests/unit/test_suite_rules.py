@@ -215,6 +215,48 @@ def test_a_test_module_importing_a_heavy_module_at_collection_fails_naming_it(
     result.stderr.fnmatch_lines(["*collecting the tests imported otel_bridge_heavy_stand_in*test_heavy.py*"])
 
 
+class Worker:
+    """What xdist's scheduler sees of a worker: the tests it was sent (indices into the collection)."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = types.SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_workers_beyond_the_saturated_ones_wait_for_the_saturating_group(pytester: pytest.Pytester) -> None:
+    """``make test`` runs four workers, three while the saturating tests run (one of them and two running the quick
+    tier beside it): the fourth is sent nothing until every saturating test is done, then takes the waiting groups."""
+    workers = 4
+    config = pytester.parseconfig("--tx", f"{workers}*popen", "--dist", "loadgroup", "--no-loadscope-reorder")
+    scheduler = tiers.pytest_xdist_make_scheduler(config, None)
+    saturating = ["tests/integration/test_node_agents.py::test_one", "tests/integration/test_node_agents.py::test_two"]
+    others = [f"tests/unit/test_stand_in_{n}.py::test_it" for n in range(8)]
+    collection = saturating + others
+    assert {tiers.group_of(nodeid) for nodeid in saturating} == {tiers.SATURATING}
+    nodes = [Worker(f"gw{n}") for n in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)
+    for node in nodes:
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    running, held = nodes[: tiers.SATURATED_WORKERS], nodes[tiers.SATURATED_WORKERS :]
+    (holder,) = (node for node in running if node.sent[:2] == [0, 1])  # the saturating group is handed out first
+    assert all(node.sent for node in running)
+    assert [node.sent for node in held] == [[]]
+    scheduler.mark_test_complete(holder, 0)
+    assert [node.sent for node in held] == [[]]
+    scheduler.mark_test_complete(holder, 1)
+    assert all(node.sent for node in held)
+    assert sorted(i for node in nodes for i in node.sent) == sorted(set(i for node in nodes for i in node.sent))
+
+
 def test_no_two_test_modules_share_a_name() -> None:
     """The test folders are not packages (pytest imports each module by its base name): a second module of one name
     is not collected at all, only an error is (tests/unit/test_prometheus_names.py beside an integration module of

@@ -39,7 +39,7 @@ pytestmark = [
 
 EXPORT_TIMEOUT_S = 60.0
 TAGS = {"model_name": "tiny", "ReplicaId": ""}
-_RECORDED: dict[str, float] = {"tokens": 0.0, "requests": 0.0}
+_RECORDED: dict[str, float] = {"tokens": 0.0, "requests": 0.0, "running": 0.0}
 _INSTRUMENTS: dict[str, Any] = {}
 
 
@@ -81,6 +81,7 @@ def record(requests: list[tuple[float, float]], running: float) -> None:
         _RECORDED["tokens"] += tokens
         _RECORDED["requests"] += 1
     made["running"].set(running, tags=TAGS)
+    _RECORDED["running"] = running
 
 
 def wait_until_stored(server: PrometheusServer) -> None:
@@ -88,6 +89,8 @@ def wait_until_stored(server: PrometheusServer) -> None:
     wanted = {
         "sum(ray_vllm_generation_tokens_total)": _RECORDED["tokens"],
         "sum(ray_vllm_time_to_first_token_seconds_count)": _RECORDED["requests"],
+        # the gauge too: cc35 (Ray's agent exporting every second) stored a step's counters a scrape before its gauge
+        "sum(ray_vllm_num_requests_running)": _RECORDED["running"],
     }
     deadline = time.monotonic() + EXPORT_TIMEOUT_S
     got: dict[str, float | None] = {}

@@ -85,8 +85,8 @@ SESSION_SERVERS = {"ray_cluster": "ray"}
 #: one at a time (tests/plugins/machine.py), so in two workers the second would wait for the first's hold, idle.
 SATURATING = "saturating"
 #: The workers that take work while the :data:`SATURATING` group runs: it, and two running the quick tier beside it on
-#: the cores its hogs leave (a third beside them, cc29, slowed the timing-checked quick tests past their bounds). The
-#: others (``make test`` runs four) start when it is done: the server tests after it mostly wait on the clock
+#: the cores its hogs leave (a third beside them, cc29, slowed the timing-checked quick tests past their bounds). Any
+#: more (``make test PYTEST_WORKERS=4``) start when it is done: the server tests after it mostly wait on the clock
 #: (scrape intervals, server starts), about one core of the two busy.
 SATURATED_WORKERS = 3
 ROOT = Path(__file__).resolve().parents[2]

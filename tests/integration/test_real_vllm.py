@@ -11,15 +11,14 @@ scraping it every second, and five bridges side by side on the same requests and
   bound the windows, off by the record's ``otel_bridge/boundary_lag_s`` at most).
 
 Steps tile the run (step 0 begins with ``begin_step``, the others end with ``log()``), each 2 s long or until a request
-answered in it was counted and stored by each Prometheus, whichever is later (the first requests of a new process on
-a loaded machine take seconds). Requests
-(:class:`tests.helpers.vllm_requests.Requests`, two clients, 1-12 generated tokens each) run from just after the first
-boundary, across every boundary, until right before the last one, which ends most of a scrape interval after a
-Prometheus scrape. In step 2 the requests pause, every observer reads the idle server once more (each Prometheus, and
-each bridge's sampler between boundaries: what the old process counted after a path's last reading would be lost to
-that path), and the server's processes are killed (SIGKILL to its process group, as a crash); step 2 ends with the
-port refusing connections, and step 3 starts a new server on the same port (its counters from zero), waits until it
-serves, and sends requests again until its end.
+answered in it was counted and stored by each Prometheus, whichever is later (the first requests of a new process on a
+loaded machine take seconds). Requests (:class:`tests.helpers.vllm_requests.Requests`, two clients, 1-12 generated
+tokens each) run from just after the first boundary, across every boundary, until right before the last one, which ends
+most of a scrape interval after a Prometheus scrape. In step 2 the requests pause, every observer reads the idle server
+once more (each Prometheus, and each bridge's sampler between boundaries: what the old process counted after a path's
+last reading would be lost to that path), and the server's processes are killed (SIGKILL to its process group, as a
+crash); step 2 ends with the port refusing connections, and step 3 starts a new server on the same port (its counters
+from zero), waits until it serves, and sends requests again until its end.
 
 Checks, from the request log (no timing asserts): every step of every path lies between the requests wholly inside its
 window and those overlapping it (:meth:`Requests.bounds`), the window's boundaries widened by how far their readings

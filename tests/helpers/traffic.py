@@ -253,6 +253,29 @@ class Traffic:
             return Counts()
         return self._truth(last_read, down, replica)
 
+    def counted_through(self, replica: int, requests: float, tokens: float) -> float | None:
+        """The log time of the last completion a ``/metrics`` page of replica ``replica``'s first process counted, from
+        the totals the page showed (``vllm:request_success_total``, ``vllm:generation_tokens_total``): ``-inf`` when
+        it counted none of this driver's, ``None`` when no prefix of the replica's log (after what it held when the
+        driver started) adds up to both.
+
+        Exact, with no timing in it: the driver counts and logs each completion under one lock, in one order, so a
+        page holds a prefix of its replica's log, and what the replica completed after that prefix (logged later) is
+        what the page left out."""
+        base = self._baseline[replica] if self._baseline else {}
+        want = Counts(
+            round(tokens - base.get("vllm:generation_tokens_total", 0.0)),
+            round(requests - base.get("vllm:request_success_total", 0.0)),
+        )
+        first_restart = min((r.t for r in self.restarts if r.replica == replica), default=float("inf"))
+        counted, through = Counts(), float("-inf")
+        for c in self.completions():
+            if counted.requests >= want.requests or c.t > first_restart:
+                break
+            if c.replica == replica:
+                counted, through = counted + Counts(c.tokens, c.requests), c.t
+        return through if counted == want else None
+
     @contextmanager
     def quiet(self, after_s: float = 0.0) -> Iterator[None]:
         """No replica completes a request from entering this block until ``after_s`` after leaving it.

@@ -21,7 +21,10 @@ import yaml
 from tests.helpers.peers import VICTORIAMETRICS, peer_binary
 from tests.helpers.prometheus_server import ServerProcess
 
-__all__ = ["Importer", "VictoriaMetricsServer", "import_text", "victoria_metrics_binary"]
+__all__ = ["VM_USER_AGENT", "Importer", "VictoriaMetricsServer", "import_text", "victoria_metrics_binary"]
+
+
+VM_USER_AGENT = "vm_promscrape"  # what VictoriaMetrics' scrapes send (lib/promscrape/client.go)
 
 
 def victoria_metrics_binary() -> str:
@@ -34,7 +37,9 @@ class VictoriaMetricsServer(ServerProcess):
 
     ``latency_offset_s`` is ``-search.latencyOffset`` (VictoriaMetrics' default is 30 s; tests that read the newest
     samples set it small), ``retention`` is ``-retentionPeriod`` (1 day, the least it takes), ``max_query_len`` is
-    ``-search.maxQueryLen`` when given, ``extra_flags`` are passed as they are.
+    ``-search.maxQueryLen`` when given, ``extra_flags`` are passed as they are. ``user_agent`` replaces the
+    ``User-Agent`` its scrapes send (VictoriaMetrics' own ``vm_promscrape``; a scrape config's ``headers`` override it),
+    so the targets can tell two of them scraping them apart.
     """
 
     name = "victoria-metrics"
@@ -50,6 +55,7 @@ class VictoriaMetricsServer(ServerProcess):
         max_query_len: str | None = None,
         port: int | None = None,
         extra_flags: Sequence[str] = (),
+        user_agent: str | None = None,
     ) -> None:
         super().__init__(workdir, port, "/health")
         self.targets = list(targets)
@@ -58,6 +64,7 @@ class VictoriaMetricsServer(ServerProcess):
         self.retention = retention
         self.max_query_len = max_query_len
         self.extra_flags = list(extra_flags)
+        self.user_agent = user_agent or VM_USER_AGENT
         self.scrape_config_path = workdir / "scrape.yml"
 
     def rollout_targets(self) -> Sequence[str]:
@@ -66,12 +73,14 @@ class VictoriaMetricsServer(ServerProcess):
     def scrape_config(self) -> dict[str, Any]:
         """The ``-promscrape.config`` file: one job ``rollout`` scraping the targets."""
         interval = f"{int(self.scrape_interval_s * 1000)}ms"
-        return {
-            "global": {"scrape_interval": interval},
-            "scrape_configs": [
-                {"job_name": "rollout", "static_configs": [{"targets": self.targets}], "scrape_timeout": interval}
-            ],
+        job: dict[str, Any] = {
+            "job_name": "rollout",
+            "static_configs": [{"targets": self.targets}],
+            "scrape_timeout": interval,
         }
+        if self.user_agent != VM_USER_AGENT:
+            job["headers"] = [f"User-Agent: {self.user_agent}"]
+        return {"global": {"scrape_interval": interval}, "scrape_configs": [job]}
 
     def command(self) -> list[str]:
         """The command line :meth:`start` runs."""

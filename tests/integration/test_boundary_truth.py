@@ -55,7 +55,9 @@ Tolerances, all computed from the traffic log (no timing asserts):
   counters passed what the new process reaches before its next sample, so the reset is visible. The ``outage`` case
   does not: the run's sum must equal the truth less what the replica completed after the path last read it, a time
   the records report (``otel_bridge/unread_s/instance.<host:port>``: seconds since that reading, in every step the
-  target had no reading at its end).
+  target had no reading at its end). Its page was rendered after that time, on a loaded machine long after: what it
+  held is bounded by the replica's pages for that kind of scraper (``conftest.Renders``: who asked, when the request
+  arrived, what the page counted), not by a band.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from otel_bridge.config import MetricConfig
 from otel_bridge.exporters.record import StepRecord
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql._internal.rules import rules_document
-from tests.conftest import Replica, replica_routes
+from tests.conftest import Renders, Replica, replica_routes
 from tests.helpers.cpu_load import CPULoad
 from tests.helpers.http_servers import Response, ScriptedHTTPServer
 from tests.helpers.logs import LogRecords
@@ -189,6 +191,12 @@ class Outcome:
     notes: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     """Every WARNING the bridges logged (the scrape child's too: it logs through the trainer's loggers)."""
+    renders: list[Renders] = field(default_factory=list)
+    """Each replica's ``/metrics`` pages: when each was asked for, by whom, and what it counted."""
+    scrapers: dict[str, str] = field(default_factory=dict)
+    """The ``User-Agent`` of each store's scrapes of the replicas, by store name, where several stores scrape them
+    and tell themselves apart by it (the twin module's two VictoriaMetrics); without, a store is the only client of
+    the replicas but the bridges."""
 
 
 # -- running a case ---------------------------------------------------------------------------------------------------
@@ -290,7 +298,8 @@ def run_case(
             records[path] = [record for record in found if record is not None]
         traffic.check_simulators()
         hostports = [r.hostport for r in replicas]
-        return Outcome(case, interval_s, contiguous, traffic, records, hostports, notes, warnings)
+        renders = [r.renders for r in replicas]
+        return Outcome(case, interval_s, contiguous, traffic, records, hostports, notes, warnings, renders)
 
 
 def sleep_until(t: float) -> None:
@@ -756,10 +765,61 @@ def unread_for(record: StepRecord, hostport: str) -> float | None:
     return max(found) if found else None
 
 
+BRIDGE_AGENT = "otel-bridge"  # the User-Agent of the bridge's own scrapes (otel_bridge/producers/scrape/_internal)
+
+
+def read_through(outcome: Outcome, path: str, last_read: float, down: float) -> tuple[float, float, list[str]]:
+    """What ``path``'s last reading of replica 0 (its time ``last_read``) before its process ended at ``down`` may have
+    held, from the pages that process rendered: ``(since, through, errors)``, the reading holding every completion of
+    the replica logged until ``since`` and none logged after ``through``; ``errors`` says what contradicts that.
+
+    The reading's page is one the old process rendered (its ``process_start_time_seconds`` before ``down``) for a
+    client of the path's kind (the bridge's own scrapes, ``auto``, ``boundary_scrape`` and ``scrape``: User-Agent
+    ``otel-bridge``; the store's samples: the store's scrapes, :attr:`Outcome.scrapers`, or any client but the
+    bridges) whose request arrived at or after ``since``: the reading's time less how far a stamp may lie after its
+    request went out. The bridge stamps a reading with when it sent the request, Prometheus a sample with its scrape's
+    start (or its aligned schedule, at most 2 ms before it), VictoriaMetrics with its schedule, which it keeps while
+    the scrape is off it by at most a tenth of the interval, either way; both stamp in whole milliseconds. So every
+    completion logged until ``since`` is in the reading. Which page of those answered it is not known (the bridges
+    share a User-Agent, and on a loaded machine nothing bounds how long after its request a page is rendered): the
+    reading holds no more than the latest of them counted, up to ``through``. Each page's counts are a prefix of the
+    traffic log (:meth:`Traffic.counted_through`), so no timing of the machine enters either bound. With no such
+    page, no one answered the reading."""
+    own = mode_of(path) in BOUNDARY_READ
+    store = outcome.scrapers.get(version_of(path))
+
+    def asked(agent: str) -> bool:
+        if own or store is None:
+            return agent.startswith(BRIDGE_AGENT) == own
+        return agent == store
+
+    since = last_read - 0.001 - (0.0 if own else outcome.interval_s / 10)
+    pages = [
+        page
+        for page in outcome.renders[0].pages(since)
+        if asked(page.user_agent) and page.started is not None and page.started < down
+    ]
+    if not pages:
+        kind = "the bridge's own scrapes" if own else f"the store's scrapes ({store or 'any client but the bridges'})"
+        return since, down, [f"no page of the old process for {kind} after the last reading at {last_read:.3f}"]
+    errors: list[str] = []
+    through = float("-inf")
+    for page in pages:
+        counted = None
+        if page.requests is not None and page.tokens is not None:
+            counted = outcome.traffic.counted_through(0, page.requests, page.tokens)
+        if counted is None:
+            errors.append(f"a page for {page.user_agent} ({page.requests} requests, {page.tokens} tokens) is no prefix")
+        else:
+            through = max(through, counted)
+    return since, through, errors
+
+
 def outage_errors(outcome: Outcome, path: str) -> list[str]:
     """While replica 0 is down every record names it (``unread_s``, ``targets_unread``); once it serves again it is
     read and no record names it; every step is exact but for what the old process completed after the path last read
-    it (the first ``unread_s`` tells when that was), and so is the run's sum."""
+    it (the first ``unread_s`` tells when that was, and the pages that can have answered that reading what it may have
+    held: :func:`read_through`), and so is the run's sum."""
     traffic, records = outcome.traffic, outcome.records[path]
     hostport = outcome.hostports[0]
     (outage,) = traffic.outages
@@ -793,10 +853,13 @@ def outage_errors(outcome: Outcome, path: str) -> list[str]:
         last_read = window_of(first_unread)[1] - first
     if not last_read <= outage.down:
         errors.append(f"the path last read {hostport} at {last_read:.3f}, after its process ended ({outage.down:.3f})")
-    # What the old process completed after that reading is lost to this path; a completion logged within BAND_S after
-    # the reading's time may have been rendered in it.
-    lost_most = traffic.lost_before_down(0, last_read)
-    lost_least = traffic.lost_before_down(0, last_read + BAND_S)
+    # What the old process completed after that reading is lost to this path: at most all it completed after the
+    # reading's time, at least all it completed after what the latest page that can have answered the reading counted
+    # (that page was rendered after the reading's time, on a loaded machine long after it).
+    since, through, page_errors = read_through(outcome, path, last_read, outage.down)
+    errors += page_errors
+    lost_most = traffic.lost_before_down(0, since)
+    lost_least = traffic.lost_before_down(0, through)
     total = traffic.total()
     for key, what in KEYS.items():
         got = sum(r.values.get(key, 0.0) for r in records)

@@ -86,6 +86,9 @@ INTERVAL_S = 1.0
 SPLIT_LEN = 600  # bytes: every part of a union fits (the longest, a last step's, is ~410), no whole union does
 SCRAPED_PATHS = ("auto@vm", "boundary_scrape@vm", "samples@vm", "samples@split")
 LAGGING = ("samples@vm", "samples@split")
+# The User-Agent of each store's scrapes, so the replicas' pages tell the two apart (outage_errors: what the reading of
+# a path on one store may hold is bounded by that store's pages, not the other's).
+AGENTS = {"vm": "vm_promscrape (vm)", "split": "vm_promscrape (split)"}
 PUSHED_PATHS = ("auto@vm", "samples@vm")
 
 
@@ -124,13 +127,19 @@ def run_vm_case(name: str, workdir: Path) -> Outcome:
         try:
             replicas += [Replica(), Replica()]
             hostports = [] if spec.pushed else [r.hostport for r in replicas]
-            servers["vm"] = VictoriaMetricsServer(workdir / "vm", hostports, scrape_interval_s=interval_s).start()
+            servers["vm"] = VictoriaMetricsServer(
+                workdir / "vm", hostports, scrape_interval_s=interval_s, user_agent=AGENTS["vm"]
+            ).start()
             if spec.pushed:
                 importer = Importer(servers["vm"].url, [(r.url, r.hostport) for r in replicas], interval_s=interval_s)
                 importer.start()
             else:
                 servers["split"] = VictoriaMetricsServer(
-                    workdir / "vm-split", hostports, scrape_interval_s=interval_s, max_query_len=str(SPLIT_LEN)
+                    workdir / "vm-split",
+                    hostports,
+                    scrape_interval_s=interval_s,
+                    max_query_len=str(SPLIT_LEN),
+                    user_agent=AGENTS["split"],
                 ).start()
             for server in servers.values():
                 wait_for_series(server, "vllm:generation_tokens_total", pushed=spec.pushed)
@@ -143,9 +152,11 @@ def run_vm_case(name: str, workdir: Path) -> Outcome:
             for replica in replicas:
                 replica.stop()
 
-    return run_case(
+    outcome = run_case(
         name, workdir, interval_s=INTERVAL_S, drive=spec.drive, paths=spec.paths, contiguous=True, stores=stores
     )
+    outcome.scrapers.update(AGENTS)
+    return outcome
 
 
 def wait_for_series(

@@ -4,7 +4,8 @@ routes a simulated server answers (vLLM's ``POST /sleep``...).
 What a ``/metrics`` answer looks like depends on the exporter's route, and on the scraper's ``Accept`` header where the
 route negotiates (:func:`exposition`): prometheus_client's own handlers (``start_http_server``, ``make_wsgi_app``,
 ``make_asgi_app``: SGLang's route) answer OpenMetrics to a scraper that asks for it, vLLM's route answers text whatever
-it is asked (docs/compatibility.md).
+it is asked (docs/compatibility.md). What serves the page is told the request it answers (:class:`MetricsRequest`: when
+it arrived, and who asked), so a test can tell its scrapers apart.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final, Literal
@@ -28,8 +31,23 @@ CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _POLL_INTERVAL_S: Final = 0.05  # how often serve_forever checks for shutdown: bounds stop() latency
 Route = Callable[[Mapping[str, str]], tuple[int, bytes]]
 """A route's handler: the request's query parameters -> (status, JSON body)."""
-Render = Callable[[str], tuple[bytes, str]]
-"""What ``GET /metrics`` serves: the request's ``Accept`` header -> (body, ``Content-Type``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsRequest:
+    """One ``GET /metrics`` as the server read it, before its page is rendered."""
+
+    arrived: float
+    """``time.time()`` once its request line and headers were read: after the scraper sent it."""
+    accept: str = ""
+    """Its ``Accept`` header (``""`` when it sent none)."""
+    user_agent: str = ""
+    """Its ``User-Agent`` header (``""`` when it sent none): who asked (``Prometheus/<version>``, VictoriaMetrics'
+    ``vm_promscrape``, the bridge's ``otel-bridge``)."""
+
+
+Render = Callable[[MetricsRequest], tuple[bytes, str]]
+"""What ``GET /metrics`` serves: the request (its ``Accept`` header, ...) -> (body, ``Content-Type``)."""
 MetricsRoute = Literal["negotiate", "text"]
 """How an exporter's ``/metrics`` route answers (:func:`exposition`)."""
 METRICS_ROUTES: Final[tuple[MetricsRoute, ...]] = ("negotiate", "text")
@@ -55,7 +73,7 @@ def exposition(registry: Collector, accept: str, route: MetricsRoute) -> tuple[b
 
 def fixed_text(render: Callable[[], bytes]) -> Render:
     """A ``/metrics`` page rendered without looking at the request: the text format 0.0.4, whatever is asked."""
-    return lambda accept: (render(), CONTENT_TYPE)
+    return lambda request: (render(), CONTENT_TYPE)
 
 
 class _Server(ThreadingHTTPServer):
@@ -84,8 +102,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != "/metrics":
             self._send(404, b"not found: this server only serves /metrics\n", "text/plain; charset=utf-8")
             return
+        request = MetricsRequest(time.time(), self.headers.get("Accept", ""), self.headers.get("User-Agent", ""))
         try:
-            body, content_type = self.server.render(self.headers.get("Accept", ""))
+            body, content_type = self.server.render(request)
         except Exception:  # noqa: BLE001 - a failing render must answer 500, not kill the handler thread silently
             _log.exception("rendering /metrics failed")
             self._send(500, b"rendering /metrics failed\n", "text/plain; charset=utf-8")
@@ -121,9 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsHTTPServer:
-    """Serves ``render()`` (the text format 0.0.4, whatever the scraper asks) or ``answer(accept)`` (a
-    :data:`Render`: e.g. :func:`exposition`'s negotiation) at ``GET /metrics``, and each of ``routes`` (``(method,
-    path) ->`` :data:`Route`), from a daemon thread (404 elsewhere). Exactly one of ``render`` and ``answer``.
+    """Serves ``render()`` (the text format 0.0.4, whatever the scraper asks) or ``answer(request)`` (a
+    :data:`Render`, told the :class:`MetricsRequest`: e.g. :func:`exposition`'s negotiation on its ``accept``) at
+    ``GET /metrics``, and each of ``routes`` (``(method, path) ->`` :data:`Route`), from a daemon thread (404
+    elsewhere). Exactly one of ``render`` and ``answer``.
 
     ``port=0`` picks a free port; :attr:`url` tells which. Use as a context manager, or call :meth:`start` and
     :meth:`stop` (prompt: it returns once the serving thread has exited and the socket is closed). After

@@ -54,7 +54,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from otel_bridge.tools.simulation.families import FamilySpec, create_metric, cumulative_totals, family_specs
-from otel_bridge.tools.simulation.http import METRICS_ROUTES, MetricsHTTPServer, MetricsRoute, Route, exposition
+from otel_bridge.tools.simulation.http import (
+    METRICS_ROUTES,
+    MetricsHTTPServer,
+    MetricsRequest,
+    MetricsRoute,
+    Route,
+    exposition,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -496,8 +503,9 @@ class VLLMServer:
     :meth:`go_down` is the process ending (SIGTERM, a crash): from then on the port refuses connections and nothing is
     counted; :meth:`come_up` is the new process serving again on the same port, its counters from zero and its start
     time new. :meth:`restart` does both with ``down_s`` in between. ``on_render`` is called with each ``/metrics``
-    body served and the ``Accept`` header it answered (tests count scrapes with it, and tell whose they were: a
-    Prometheus asks for OpenMetrics first).
+    body served and the request it answered (:class:`~otel_bridge.tools.simulation.http.MetricsRequest`: when it
+    arrived, its ``Accept`` and ``User-Agent``), once the page is rendered and before it is sent: tests count scrapes
+    with it, and tell whose they were.
     """
 
     def __init__(
@@ -506,7 +514,7 @@ class VLLMServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        on_render: Callable[[bytes, str], None] | None = None,
+        on_render: Callable[[bytes, MetricsRequest], None] | None = None,
         route: MetricsRoute = "text",
     ) -> None:
         self.sim: ServedEngine = sim if sim is not None else VLLMSimulator()
@@ -518,10 +526,10 @@ class VLLMServer:
         self._lock = threading.Lock()
         self._up = False
 
-    def _answer(self, accept: str) -> tuple[bytes, str]:
-        body, content_type = self.sim.answer(accept, self.route)
+    def _answer(self, request: MetricsRequest) -> tuple[bytes, str]:
+        body, content_type = self.sim.answer(request.accept, self.route)
         if self._on_render is not None:
-            self._on_render(body, accept)
+            self._on_render(body, request)
         return body, content_type
 
     @property

@@ -12,7 +12,10 @@ small request), so a per-phase delta that leaked into a neighbour, or a step tot
   scraped both replicas since (by its own timestamps), so Prometheus sees every state, and after a boundary also
   until the bridge's own boundary scrape of each replica (``boundary: auto`` reads the counters' boundaries so) was
   rendered: its child process runs at a low priority and, on a loaded machine, was seen to read a phase's start after
-  the phase's traffic (0 of 231 tokens). Exact.
+  the phase's traffic (0 of 231 tokens). Exact, but for one case the record reports: a phase start while the reading
+  of the boundary before it is still under way shares that reading (cc39: the gen end's, rendered before the gap's
+  request and taken by the starved child after the update began put the gap's 7 tokens in update), so the gap's
+  request may be in update when the record's lag reaches back to it (a quiet spell lies between them).
 """
 
 from __future__ import annotations
@@ -42,10 +45,15 @@ TTFT_COUNT = "rollout/vllm/time_to_first_token_seconds/count"
 TTFT_P50 = "rollout/vllm/time_to_first_token_seconds/p50"
 
 
+LAG = "otel_bridge/boundary_lag_s"
+
+
 @dataclass
 class Truth:
     tokens: dict[str, int] = field(default_factory=lambda: {"gen": 0, "gap": 0, "update": 0})
     requests: dict[str, int] = field(default_factory=lambda: {"gen": 0, "gap": 0, "update": 0})
+    gap_to_update_s: float = 0.0
+    """From the gap's request completing to just before the update phase began."""
 
 
 def finish(replica: Replica, truth: Truth, part: str, tokens: int, ttft_s: float = 0.03) -> None:
@@ -60,7 +68,7 @@ def run_step(
     bridge: Bridge, step: int, replicas: list[Replica], settle: Callable[[], None], hold: Callable[[], None]
 ) -> Truth:
     """One step: gen, gap, update; ``settle()`` after every boundary, before any traffic; ``hold()`` after the traffic
-    of a phase, before it ends."""
+    of a phase or of the gap, before the boundary after it."""
     truth = Truth()
     with bridge.step(step):
         settle()
@@ -76,6 +84,10 @@ def run_step(
         for replica in replicas:
             replica.sim.set_kv_cache_usage(0.0)  # rollout done: the KV cache is idle from here on
         finish(replicas[1], truth, "gap", 7)
+        completed = time.time()
+        hold()
+        entering = time.time()
+        truth.gap_to_update_s = entering - completed
         with bridge.phase("update"):
             settle()
             finish(replicas[0], truth, "update", 2, ttft_s=0.5)
@@ -89,10 +101,18 @@ def check(record: dict[str, float], truth: Truth) -> None:
     assert record[f"phase/gen/{TOKENS}"] == truth.tokens["gen"]
     assert record[f"phase/gen/{REQUESTS}"] == truth.requests["gen"]
     assert record[f"phase/gen/{TTFT_COUNT}"] == truth.requests["gen"]
-    assert record[f"phase/update/{TOKENS}"] == truth.tokens["update"]
-    assert record[f"phase/update/{REQUESTS}"] == truth.requests["update"] == 1
-    assert record[f"phase/update/{TTFT_COUNT}"] == 1
-    assert 0.25 < record[f"phase/update/{TTFT_P50}"] <= 0.5  # the one slow request's bucket, not gen's fast ones
+    # The update phase's start is read at or after it, after the gap's request completed: outside the phase. Unless the
+    # reading standing for it is the gen phase's end's, still being taken when update began (a start while the reading
+    # of the boundary before it is under way: otel_bridge/producers/scrape/_internal/readings.py), rendered before the
+    # gap's request on a machine that answered it late: then the record's lag reaches back past that request.
+    leaked = record.get(LAG, 0.0) >= truth.gap_to_update_s
+    gap = (truth.tokens["gap"], truth.requests["gap"]) if leaked else (0, 0)
+    assert truth.tokens["update"] <= record[f"phase/update/{TOKENS}"] <= truth.tokens["update"] + gap[0], record
+    assert truth.requests["update"] == 1
+    assert 1 <= record[f"phase/update/{REQUESTS}"] <= 1 + gap[1], record
+    assert 1 <= record[f"phase/update/{TTFT_COUNT}"] <= 1 + gap[1], record
+    if not leaked:
+        assert 0.25 < record[f"phase/update/{TTFT_P50}"] <= 0.5  # the one slow request's bucket, not gen's fast ones
     assert record[f"phase/gen/{TTFT_P50}"] <= 0.05
     # KV cache: busy during gen, idle during the whole update phase (summed over the two replicas)
     assert record[f"phase/gen/{KV_MAX}"] == pytest.approx(1.5)

@@ -639,10 +639,24 @@ def lag_errors(outcome: Outcome, path: str, *, last_intervals: int | None = None
 
 
 def report(outcome: Outcome, path: str, errors: list[str]) -> str:
+    """The errors, then what a diagnosis of a rare failure needs and a rerun may not show again: each step's window,
+    truth, figures and health keys on ``path``, and every warning the run's bridges logged."""
     total = outcome.traffic.total()
+    steps = []
+    for record in outcome.records[path]:
+        start, end = window_of(record)
+        truth = outcome.traffic.truth(start, end)
+        figures = {key: record.values.get(key) for key in KEYS}
+        health = {k: v for k, v in record.values.items() if k.startswith("otel_bridge/") and v}
+        steps.append(f"step {record.step} [{start:.3f}, {end:.3f}] truth {truth}: {figures} {health}")
     return (
         f"{outcome.case}/{path}: {len(errors)} problem(s); run truth {total.tokens} tokens, {total.requests} requests "
-        f"in {len(outcome.records[path])} steps\n  " + "\n  ".join(errors)
+        f"in {len(outcome.records[path])} steps\n  "
+        + "\n  ".join(errors)
+        + "\nsteps:\n  "
+        + "\n  ".join(steps)
+        + f"\nwarnings logged by the run's bridges ({len(outcome.warnings)}):\n  "
+        + "\n  ".join(outcome.warnings[:40])
     )
 
 

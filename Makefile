@@ -119,11 +119,11 @@ typecheck: $(VENV)/.dev-installed
 # The suite runs in PYTEST_WORKERS processes (pytest-xdist): a module's tests stay in one worker, in order, and share its
 # servers (tests/plugins/tiers.py); a test that saturates the machine on purpose (CPULoad) holds it whole meanwhile,
 # so no other worker's test runs on it unplanned (tests/plugins/machine.py). `make test` writes the timings (per test,
-# with each test's fixed sleeps) to .test-times/junit.xml and prints the 50 slowest. Three on 2 cores: most tests
-# wait on wall-clock intervals (scrapes, steps, rule evaluations), not on the CPU (a two-worker run used 42% of the
-# cores, three about 60%). Four (the fourth held until the saturating tests are done: SATURATED_WORKERS,
-# tests/plugins/tiers.py) ran the suite about 100 s faster, and three timing-checked tests failed in each of its runs.
-PYTEST_WORKERS ?= 3
+# with each test's fixed sleeps) to .test-times/junit.xml and prints the 50 slowest. Four on 2 cores, the fourth held
+# until the saturating tests are done (SATURATED_WORKERS, tests/plugins/tiers.py): most tests wait on wall-clock
+# intervals (scrapes, steps, rule evaluations), not on the CPU (a two-worker run used 42% of the cores, three about
+# 60%). Measured on fresh clones: three workers 22-24 minutes end to end, four 17m46s-18m58s (cc39, cc40).
+PYTEST_WORKERS ?= 4
 CHECK_WORKERS ?= 3
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder
 TIMES := .test-times

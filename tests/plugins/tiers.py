@@ -11,7 +11,7 @@ checked while the tests run:
 - a test without the marker that starts a :class:`~tests.helpers.prometheus_server.ServerProcess` fails, naming this
   module: the rule missed it, extend the rule.
 
-Parallel workers (``pytest -n 3 --dist loadgroup``, ``make test``): a module's tests form one group, so they run in one
+Parallel workers (``pytest -n 4 --dist loadgroup``, ``make test``): a module's tests form one group, so they run in one
 worker, one after another, and its module-scoped servers are shared as they are in one process; the modules that take
 the session's Ray cluster share one group (one Ray per run, not per worker). A module whose tests share servers in
 parts (one run per case and Prometheus version, say) declares the parts: a module-level
@@ -86,8 +86,8 @@ SESSION_SERVERS = {"ray_cluster": "ray"}
 SATURATING = "saturating"
 #: The workers that take work while the :data:`SATURATING` group runs: it, and two running the quick tier beside it on
 #: the cores its hogs leave (a third beside them, cc29, slowed the timing-checked quick tests past their bounds). Any
-#: more (``make test PYTEST_WORKERS=4``) start when it is done: the server tests after it mostly wait on the clock
-#: (scrape intervals, server starts), about one core of the two busy.
+#: more (``make test`` runs four) start when it is done: the server tests after it mostly wait on the clock (scrape
+#: intervals, server starts), about one core of the two busy.
 SATURATED_WORKERS = 3
 ROOT = Path(__file__).resolve().parents[2]
 #: Where ``make test`` writes the JUnit report (read back to hand out the longest groups first).

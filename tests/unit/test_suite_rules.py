@@ -231,7 +231,7 @@ class Worker:
 
 
 def test_workers_beyond_the_saturated_ones_wait_for_the_saturating_group(pytester: pytest.Pytester) -> None:
-    """With four workers (``make test PYTEST_WORKERS=4``), three take work while the saturating tests run (one of
+    """With four workers (``make test``'s), three take work while the saturating tests run (one of
     them and two running the quick tier beside it): the fourth is sent nothing until every saturating test is done,
     then takes the waiting groups."""
     workers = 4

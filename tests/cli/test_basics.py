@@ -65,10 +65,13 @@ def test_prometheus_rules_for_a_config_and_its_errors(tmp_path: Path) -> None:
         f'label_replace((last_over_time({name}[5m])), "otel_bridge_form", "{form}", "", "")'
         for form, name in enumerate(forms)
     )
-    assert group["rules"][0] == {
-        "record": "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",
-        "expr": f"sum by (model_name) (max without (otel_bridge_form) ({selected}))",
-    }
+    (rule,) = group["rules"]  # one rule: its parts are one snapshot of the store, a part a line
+    assert rule["record"] == "otel_bridge:parts_5m"
+    lines = rule["expr"].splitlines()
+    assert len(lines) == 1 + 4  # the sum, then the per-target parts
+    part = '"otel_bridge_part", "vllm:generation_tokens_total:last5m_sum_by_model_name", "", "")'
+    assert lines[0] == f"(label_replace((sum by (model_name) (max without (otel_bridge_form) ({selected}))), {part})"
+    assert all(line.startswith("or (label_replace(") for line in lines[1:])
     untyped = write_config(tmp_path / "u.yaml", {"metrics": [{"name": "vllm:prompt_tokens_total"}]})
     done = run_cli(["prometheus-rules", str(out), "--config", str(untyped)], cwd=tmp_path)
     assert done.returncode == 2

@@ -146,11 +146,11 @@ def test_bridge_rules_are_what_the_generator_writes_for_the_vllm_preset(tmp_path
 
 
 def test_bridge_rules_sum_last_samples_and_flag_restarted_targets(tmp_path: Path, prometheus_version: str) -> None:
-    """promtool evaluates the shipped rules over two replicas (b restarts at 2m45s) and finds, at 4m: each counting
-    series' last samples summed, b flagged by the resets rule, both present, and the age of the oldest last sample."""
+    """promtool evaluates the shipped rule over two replicas (b restarts at 2m45s) and finds, at 4m: each counting
+    series' last samples summed, b flagged by the resets part, both present, and the age of the oldest last sample."""
     from otel_bridge.config import MetricConfig
     from otel_bridge.producers.metric_set import resolve_metrics
-    from otel_bridge.producers.promql._internal.rules import AGE, PRESENT, RESETS, counting, sum_rule
+    from otel_bridge.producers.promql._internal.rules import AGE, PRESENT, RESETS, counting, sum_part, target_parts
 
     queries = [q for q in resolve_metrics([MetricConfig(preset="vllm")]) if counting(q)]
     series, cases = [], []
@@ -161,16 +161,17 @@ def test_bridge_rules_sum_last_samples_and_flag_restarted_targets(tmp_path: Path
             series.append({"series": name + a, "values": "0+10x20"})  # 160 at 4m
             series.append({"series": name + b, "values": "0+5x10 0+1x10"})  # restarted: 5 at 4m
             labels = {"le": "+Inf"} if le else {}
-            cases.append({"expr": sum_rule(query, position).record, "eval_time": "4m",
-                          "exp_samples": [{"labels": _labels(sum_rule(query, position).record, labels),
-                                           "value": 165}]})  # fmt: skip
+            part = sum_part(query, position)
+            cases.append({"expr": part.selector, "eval_time": "4m",
+                          "exp_samples": [{"labels": _labels(part.part, labels), "value": 165}]})  # fmt: skip
+    part_of = {p.selector: p.part for p in target_parts(queries)}
     b_target = {"instance": "b:8000", "job": "rollout"}
-    resets = [{"labels": _labels(RESETS, b_target), "value": 1}]
+    resets = [{"labels": _labels(part_of[RESETS], b_target), "value": 1}]
     cases.append({"expr": RESETS, "eval_time": "4m", "exp_samples": resets})
     targets = ("a:8000", "b:8000")
-    present = [{"labels": _labels(PRESENT, {"instance": t, "job": "rollout"}), "value": 1} for t in targets]
+    present = [{"labels": _labels(part_of[PRESENT], {"instance": t, "job": "rollout"}), "value": 1} for t in targets]
     cases.append({"expr": PRESENT, "eval_time": "4m", "exp_samples": present})
-    cases.append({"expr": AGE, "eval_time": "4m", "exp_samples": [{"labels": AGE, "value": 0}]})
+    cases.append({"expr": AGE, "eval_time": "4m", "exp_samples": [{"labels": _labels(part_of[AGE], {}), "value": 0}]})
     (tmp_path / BRIDGE_RULES.name).write_text(BRIDGE_RULES.read_text(encoding="utf-8"), encoding="utf-8")
     test = {"rule_files": [BRIDGE_RULES.name], "evaluation_interval": "15s",
             "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}  # fmt: skip
@@ -179,6 +180,9 @@ def test_bridge_rules_sum_last_samples_and_flag_restarted_targets(tmp_path: Path
     assert "SUCCESS" in output, output
 
 
-def _labels(name: str, labels: dict[str, str]) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return f"{name}{{{inner}}}" if inner else name
+def _labels(part: str, labels: dict[str, str]) -> str:
+    """The series of the bridge's rule holding ``part`` with ``labels``, as promtool's expected samples name it."""
+    from otel_bridge.producers.promql._internal.rules import PART_LABEL, RECORD
+
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted({PART_LABEL: part, **labels}.items()))
+    return f"{RECORD}{{{inner}}}"

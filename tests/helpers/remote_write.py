@@ -60,10 +60,16 @@ def snappy_block(data: bytes) -> bytes:
     return bytes(out)
 
 
-def push(prometheus_url: str, series: Iterable[tuple[Mapping[str, str], float]], at: float | None = None) -> None:
-    """Send one sample per series, stamped ``at`` (default now), to ``<prometheus_url>/api/v1/write``."""
+def push(
+    prometheus_url: str,
+    series: Iterable[tuple[Mapping[str, str], float]],
+    at: float | None = None,
+    session: requests.Session | None = None,
+) -> None:
+    """Send one sample per series, stamped ``at`` (default now), to ``<prometheus_url>/api/v1/write`` (on ``session``'s
+    kept connection when given: a writer that pushes without pause)."""
     stamp = int((time.time() if at is None else at) * 1000)
-    response = requests.post(
+    response = (session or requests).post(
         f"{prometheus_url}/api/v1/write",
         data=snappy_block(write_request(series, stamp)),
         headers={

@@ -16,7 +16,7 @@ from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import resolve_metrics
 from otel_bridge.producers.promql import PromQLProducer, connect
-from otel_bridge.producers.promql._internal.rules import counting, find_rules
+from otel_bridge.producers.promql._internal.rules import RECORD, counting, find_rules, part_selector
 from tests.conftest import Replica
 from tests.deploy.support import RULES_DIR
 from tests.helpers.prometheus_server import PrometheusServer
@@ -68,32 +68,33 @@ def test_prometheus_runs_the_shipped_rules_as_the_bridge_expects_them(
     assert ruleset.interval_s == 15.0
 
 
-def test_a_changed_rule_is_named_and_its_metric_read_raw(
+def test_a_changed_part_is_named_and_its_metric_read_raw(
     tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture, prometheus_version: str
 ) -> None:
     rules = shipped_rules()
-    changed = rules["groups"][0]["rules"][0]
-    changed["expr"] = changed["expr"].replace("[5m]", "[10m]")
+    (rule,) = rules["groups"][0]["rules"]
+    name = "vllm:generation_tokens_total"  # its sum is the first part; the per-target parts select it later
+    rule["expr"] = rule["expr"].replace(f"{name}[5m]", f"{name}[10m]", 1)
     producer = started_with(tmp_path, replicas, rules, prometheus_version, caplog)
     assert producer.rules is not None
-    assert 0 not in producer.rules.records  # vllm:generation_tokens_total, the changed rule's metric
-    assert changed["record"] in caplog.text
+    assert 0 not in producer.rules.records  # vllm:generation_tokens_total, the changed part's metric
+    assert 1 in producer.rules.records
+    assert part_selector(f"{name}:last5m_sum") in caplog.text
 
 
 def test_a_group_whose_rules_add_labels_is_not_the_bridges(
     tmp_path: Path, replicas: list[Replica], caplog: pytest.LogCaptureFixture, prometheus_version: str
 ) -> None:
-    """Issue 37 finding 2: the same expressions with an ``instance`` label added to the per-target rules record other
-    series (every target's under one instance): read as the bridge's, the first steps had no delta and a restart step
-    -767. A group whose rules differ in anything that changes their series is not the bridge's: read raw, said."""
+    """Issue 37 finding 2: the same expressions with an ``instance`` label added record other series (every target's
+    under one instance): read as the bridge's, the first steps had no delta and a restart step -767. A group whose
+    rule differs in anything that changes its series is not the bridge's: read raw, said."""
     rules = shipped_rules()
-    for rule in rules["groups"][0]["rules"]:
-        if rule["record"] in ("otel_bridge:target:present_5m", "otel_bridge:target:counted_5m"):
-            rule["labels"] = {"instance": "gateway:9090"}
+    (rule,) = rules["groups"][0]["rules"]
+    rule["labels"] = {"instance": "gateway:9090"}
     producer = started_with(tmp_path, replicas, rules, prometheus_version, caplog)
     assert producer.rules is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("otel_bridge:target:present_5m" in w and "labels" in w for w in warnings), caplog.text
+    assert any(RECORD in w and "labels" in w for w in warnings), caplog.text
 
 
 def test_required_rules_missing_is_a_start_up_error_naming_the_key(

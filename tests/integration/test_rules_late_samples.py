@@ -7,6 +7,12 @@ series the bridge reads later, but not in that evaluation's sums. Here every sam
 :data:`LATE_S` after the time it carries, so every evaluation misses the last ones before it, and one of the two
 targets restarts while it counts: its new process' first sample (the reset) is stamped in one step and stored after
 that step's closing evaluation. Each sample's value is known, so the run's truth is exact.
+
+Samples stored while the rule group evaluates are the other half: an evaluation's records must all hold the same
+samples (one snapshot of the store), or a re-read target's share, told from the per-target records, would not be what
+the sums held, and the difference would count in two steps (cc28, cc39: a restart on a busy node, the run 1,172 tokens
+over). Here a target is remote-written as fast as Prometheus takes it while the rules run every
+:data:`SNAPSHOT_INTERVAL_S`, and each evaluation's sum is compared with its per-target sum.
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from otel_bridge import Bridge
 from otel_bridge.config import MetricConfig
 from otel_bridge.producers.metric_set import resolve_metrics
-from otel_bridge.producers.promql._internal.rules import rules_document
+from otel_bridge.producers.promql._internal.rules import COUNTED, find_rules, rules_document
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.remote_write import push
 
@@ -44,6 +51,8 @@ RATE = 20.0  # requests per second while a target counts
 STEPS = 10
 STEP_S = 1.5
 QUIET_S = 4.0  # no counting this long after the first boundary and before the last: the outer boundaries are quiet
+SNAPSHOT_INTERVAL_S = 0.05  # the rules' interval while samples arrive without pause
+SNAPSHOT_EVALUATIONS = 100  # evaluations compared
 
 
 class Counters:
@@ -152,3 +161,58 @@ def test_a_restart_whose_samples_are_stored_late_keeps_the_run_exact(
     deltas = [record.values.get(KEY, 0.0) for record in records if record is not None]
     assert min(deltas) >= 0.0, deltas
     assert sum(deltas) == counters.total(), f"steps {deltas}: {sum(deltas)} of {counters.total()}"
+
+
+def test_every_record_of_one_rule_evaluation_holds_the_same_samples(tmp_path: Path, prometheus_version: str) -> None:
+    # The vLLM preset's rules beside the written counter's, as a rollout run has them: evaluated in between.
+    queries = resolve_metrics([MetricConfig.model_validate(m) for m in [*METRICS, {"preset": "vllm"}]])
+    server = PrometheusServer(
+        tmp_path / "prometheus",
+        scrape_interval_s=SNAPSHOT_INTERVAL_S,
+        remote_write=True,
+        rules=rules_document(queries, SNAPSHOT_INTERVAL_S),
+        version=prometheus_version,
+    )
+    labels = {"__name__": NAME, "job": "rollout", "instance": "a"}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:  # one sample per request, each one more, stamped just before it is sent
+        value, stamp_ms = 0.0, 0
+        try:
+            with requests.Session() as session:
+                while not stop.is_set():
+                    stamp_ms = max(int(time.time() * 1000) - 20, stamp_ms + 1)
+                    value += 1.0
+                    push(server.url, [(labels, value)], at=stamp_ms / 1000, session=session)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    with server:
+        writer = threading.Thread(target=write, name="snapshot-writer", daemon=True)
+        writer.start()
+        try:
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline and not errors:  # until the rules evaluated the writes often enough
+                done = server.query(f"count_over_time({COUNTED}[1m])")
+                if done and float(done[0]["value"][1]) > SNAPSHOT_EVALUATIONS:
+                    break
+                stop.wait(SNAPSHOT_INTERVAL_S)
+        finally:
+            stop.set()
+            writer.join(timeout=10)
+        assert not errors, errors
+        groups = requests.get(f"{server.url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        ruleset, problems = find_rules(queries, groups)
+        assert ruleset is not None, problems
+        (summed,) = ruleset.records[0]
+
+        def evaluations(selector: str) -> dict[float, float]:
+            (series,) = server.query(f"{selector}[1m]")
+            return {float(t): float(v) for t, v in series["values"]}
+
+        sums, counted = evaluations(summed), evaluations(COUNTED)
+    both = sorted(set(sums) & set(counted))
+    assert len(both) > SNAPSHOT_EVALUATIONS, (len(sums), len(counted))
+    apart = [(t, sums[t], counted[t]) for t in both if sums[t] != counted[t]]
+    assert not apart, f"{len(apart)} of {len(both)} evaluations summed other samples than they counted: {apart[:5]}"

@@ -15,7 +15,7 @@ import pytest
 from otel_bridge.config import BridgeConfig
 from otel_bridge.errors import ConfigError
 from otel_bridge.producers.metric_set import MetricQuery
-from otel_bridge.producers.promql._internal.rules import sum_rule
+from otel_bridge.producers.promql._internal.rules import RECORD, sum_part
 from otel_bridge.prometheus import promql
 from otel_bridge.prometheus_names import STRATEGIES, Instrument, is_classic_name, prometheus_name, prometheus_series
 
@@ -130,12 +130,14 @@ def test_pushing_to_prometheus_receiver_needs_traces_off() -> None:
 
 
 def test_a_recording_rule_for_a_utf8_name_records_a_classic_name() -> None:
-    """Rule records are read bare (``record @ t``), so a UTF-8 sample name is escaped in them, with a hash that keeps
-    ``trainer.tokens_total`` and ``trainer_tokens_total`` apart."""
+    """The rule's record is a classic name, read bare, and a UTF-8 sample name's part is escaped to ASCII, with a hash
+    that keeps ``trainer.tokens_total`` and ``trainer_tokens_total`` apart."""
     dotted = MetricQuery(key_name="t", name="trainer.tokens_total", kind="counter", utf8=True)
     plain = MetricQuery(key_name="t", name="trainer_tokens_total", kind="counter")
-    record = sum_rule(dotted, 0).record
-    assert is_classic_name(record), record
-    assert record.startswith("otel_bridge:trainer_tokens_total_"), record
-    assert record != sum_rule(plain, 0).record
-    assert '{"trainer.tokens_total"}' in sum_rule(dotted, 0).expr
+    assert is_classic_name(RECORD)
+    part = sum_part(dotted, 0).part
+    assert part.isascii(), part
+    assert is_classic_name(part), part
+    assert part.startswith("trainer_tokens_total_"), part
+    assert part != sum_part(plain, 0).part
+    assert '{"trainer.tokens_total"}' in sum_part(dotted, 0).expr

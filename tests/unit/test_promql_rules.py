@@ -11,18 +11,26 @@ from otel_bridge.producers.promql._internal.plan import TAG_LABEL, WindowAnswer,
 from otel_bridge.producers.promql._internal.rules import (
     AGE,
     COUNTED,
+    COUNTED_PART,
     GROUP,
+    PART_LABEL,
     PRESENT,
+    RECORD,
     RESETS,
+    RulePart,
     RuleSet,
     find_rules,
+    loaded_parts,
+    part_selector,
+    parts_for,
     read_as_ruled,
+    rule_for,
     rules_document,
-    rules_for,
 )
 from otel_bridge.producers.promql._internal.sources.recording_rules import RuledWindow, RuleView, unruled
 from otel_bridge.producers.promql._internal.sources.samples import boundary_sums
 from otel_bridge.producers.statistics import RawSeries
+from otel_bridge.prometheus import promql
 from otel_bridge.prometheus.answers import PromSeries, QueryResult
 from otel_bridge.window import StepWindow
 
@@ -38,17 +46,27 @@ QUERIES = [GAUGE, COUNTER, HIST, FILTERED]
 WINDOW = StepWindow(step=3, start=1000.0, end=1010.0)
 
 
-def loaded(queries: list[MetricQuery], *, interval: float = 15.0, **changes: str) -> list[dict[str, Any]]:
-    """Prometheus' /api/v1/rules groups for the rules the bridge writes, with some expressions changed."""
-    rules = [
-        {"name": r.record, "query": changes.get(r.record, r.expr), "health": "ok", "type": "recording"}
-        for r in rules_for(queries)
-    ]
+TOKENS = part_selector("vllm:generation_tokens_total:last5m_sum_by_model_name")
+TTFT_BUCKET, TTFT_SUM, TTFT_COUNT = (
+    part_selector(f"vllm:ttft_seconds_{s}:last5m_sum") for s in ("bucket", "sum", "count")
+)
+
+
+def loaded(
+    queries: list[MetricQuery], *, interval: float = 15.0, printed: bool = False, **changes: str
+) -> list[dict[str, Any]]:
+    """Prometheus' /api/v1/rules groups for the rule the bridge writes, with some parts' expressions changed (by
+    selector); ``printed``: spaced as Prometheus may print it back."""
+    parts = [RulePart(p.part, changes.get(p.selector, p.expr)) for p in parts_for(queries)]
+    query = promql.union([p.term for p in parts])
+    if printed:
+        query = query.replace(", ", ",").replace("(", " ( ")
+    rules = [{"name": RECORD, "query": query, "health": "ok", "type": "recording"}]
     return [{"name": GROUP, "file": "rules.yml", "interval": interval, "evaluationTime": 0.02, "rules": rules}]
 
 
-def test_one_sum_per_counting_sample_name_and_four_per_target_rules() -> None:
-    rules = {r.record: r.expr for r in rules_for(QUERIES)}
+def test_one_rule_holds_a_sum_per_counting_sample_name_and_four_per_target_parts() -> None:
+    rules = {p.selector: p.expr for p in parts_for(QUERIES)}
 
     def forms(name: str) -> str:  # every form a store may hold the name under, a server under two counted once
         terms = [
@@ -57,14 +75,10 @@ def test_one_sum_per_counting_sample_name_and_four_per_target_rules() -> None:
         ]
         return f"max without (otel_bridge_form) ({' or '.join(terms)})"
 
-    assert rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"] == (
-        f"sum by (model_name) ({forms('vllm:generation_tokens_total')})"
-    )
-    assert rules["otel_bridge:vllm:ttft_seconds_bucket:last5m_sum"] == (
-        f"sum by (le) ({forms('vllm:ttft_seconds_bucket')})"
-    )
-    assert rules["otel_bridge:vllm:ttft_seconds_count:last5m_sum"] == f"sum({forms('vllm:ttft_seconds_count')})"
-    filtered = [r for r in rules if r.startswith("otel_bridge:vllm:request_success_total:last5m_sum_")]
+    assert rules[TOKENS] == f"sum by (model_name) ({forms('vllm:generation_tokens_total')})"
+    assert rules[TTFT_BUCKET] == f"sum by (le) ({forms('vllm:ttft_seconds_bucket')})"
+    assert rules[TTFT_COUNT] == f"sum({forms('vllm:ttft_seconds_count')})"
+    filtered = [r for r in rules if r.startswith(part_selector("vllm:request_success_total:last5m_sum_")[:-2])]
     assert len(filtered) == 1
     assert 'finished_reason="stop"' in rules[filtered[0]]
     assert not any("num_requests_running" in r for r in rules)  # gauges are read as they are
@@ -76,10 +90,16 @@ def test_one_sum_per_counting_sample_name_and_four_per_target_rules() -> None:
     assert rules[COUNTED].startswith("sum by (job, instance) (label_replace((max without (otel_bridge_form) (")
     assert rules[COUNTED].count('"otel_bridge_selector"') == 3
     assert len(rules) == 1 + 3 + 1 + 4
-    assert list(rules)[-1] == AGE  # evaluated last: an evaluation whose AGE is stored is stored whole
+    # One rule, every part a term of it told by its label: one query per evaluation, one snapshot of the store.
     document = rules_document(QUERIES, 15.0)
     assert document["groups"][0]["name"] == GROUP
     assert document["groups"][0]["interval"] == "15s"
+    (rule,) = document["groups"][0]["rules"]
+    assert rule == {"record": RECORD, "expr": "\nor ".join(f"({p.term})" for p in parts_for(QUERIES))}
+    assert f'"{PART_LABEL}", "{COUNTED_PART}", "", "")' in rule["expr"]
+    assert sorted(loaded_parts(rule["expr"])) == sorted(p.part for p in parts_for(QUERIES))
+    assert rule_for([GAUGE]) is None
+    assert rules_document([GAUGE], 15.0)["groups"][0]["rules"] == []
 
 
 def test_rules_run_unchanged_serve_every_counting_query() -> None:
@@ -87,30 +107,45 @@ def test_rules_run_unchanged_serve_every_counting_query() -> None:
     assert ruleset is not None
     assert problems == ""
     assert sorted(ruleset.records) == [1, 2, 3]
-    assert ruleset.records[2] == (
-        "otel_bridge:vllm:ttft_seconds_bucket:last5m_sum",
-        "otel_bridge:vllm:ttft_seconds_sum:last5m_sum",
-        "otel_bridge:vllm:ttft_seconds_count:last5m_sum",
-    )
+    assert ruleset.records[2] == (TTFT_BUCKET, TTFT_SUM, TTFT_COUNT)
     assert (ruleset.interval_s, ruleset.evaluation_s) == (15.0, 0.02)
-    # Prometheus prints expressions its own way (spacing): only a different meaning makes a rule unusable.
-    spaced = {r.record: r.expr.replace(", ", ",").replace("(", " ( ") for r in rules_for(QUERIES)}
-    assert find_rules(QUERIES, loaded(QUERIES, **spaced))[0] == ruleset
+    # Prometheus prints expressions its own way (spacing): only a different meaning makes a part unusable.
+    assert find_rules(QUERIES, loaded(QUERIES, printed=True))[0] == ruleset
 
 
-def test_changed_or_missing_rules_are_named_and_their_queries_read_raw() -> None:
-    record = "otel_bridge:vllm:ttft_seconds_sum:last5m_sum"
-    ruleset, problems = find_rules(QUERIES, loaded(QUERIES, **{record: "sum(vllm:ttft_seconds_sum)"}))
+def test_changed_or_missing_parts_are_named_and_their_queries_read_raw() -> None:
+    ruleset, problems = find_rules(QUERIES, loaded(QUERIES, **{TTFT_SUM: "sum(vllm:ttft_seconds_sum)"}))
     assert ruleset is not None
     assert sorted(ruleset.records) == [1, 3]
-    assert record in problems
+    assert TTFT_SUM in problems
     assert find_rules(QUERIES, []) == (None, f"Prometheus has no rule group {GROUP!r}")
     ruleset, problems = find_rules(QUERIES, loaded(QUERIES, **{PRESENT: "up"}))
     assert ruleset is None
     assert PRESENT in problems
-    fewer = find_rules(QUERIES, loaded([GAUGE, COUNTER]))  # rules written for another config
+    fewer = find_rules(QUERIES, loaded([GAUGE, COUNTER]))  # a rule written for another config
     assert fewer[0] is None
     assert PRESENT in fewer[1]
+
+
+def test_a_group_of_an_earlier_version_or_an_edited_rule_is_not_read() -> None:
+    """The rules of an earlier otel-bridge (one per sum: their evaluations' parts were not one snapshot), a rule
+    that is not a union of parts, or one whose evaluation fails: every query is read raw, and the reason says so."""
+    earlier = [
+        {"name": f"otel_bridge:{name}", "query": "sum(x)", "health": "ok", "type": "recording"}
+        for name in ("vllm:generation_tokens_total:last5m_sum", "target:present_5m", "target:counted_5m", "a", "b")
+    ]
+    group = {"name": GROUP, "interval": 15.0, "evaluationTime": 0.02}
+    ruleset, problems = find_rules(QUERIES, [{**group, "rules": earlier}])
+    assert ruleset is None
+    assert f"has no rule {RECORD}" in problems
+    assert "otel_bridge:a, otel_bridge:b, otel_bridge:target:counted_5m, ... are an earlier version's" in problems
+    (rule,) = loaded(QUERIES)[0]["rules"]
+    for query in (f"sum({rule['query']})", f"{rule['query']} or up", "up"):
+        ruleset, problems = find_rules(QUERIES, [{**group, "rules": [{**rule, "query": query}]}])
+        assert ruleset is None
+        assert f"{RECORD} is not a union of otel-bridge's parts" in problems
+    failing = {**rule, "health": "err", "lastError": "query timed out"}
+    assert find_rules(QUERIES, [{**group, "rules": [failing]}]) == (None, f"{RECORD} is err: query timed out")
 
 
 def ruled_plan(window: StepWindow = WINDOW, times: dict[str, float] | None = None) -> RuledWindow:
@@ -134,8 +169,8 @@ def tagged(tag: str, value: float, **labels: str) -> PromSeries:
 def test_a_ruled_window_reads_the_rules_at_both_boundaries_and_no_raw_series() -> None:
     expr = ruled_plan().expression
     assert expr is not None
-    assert "sum by (model_name) (otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 1010.000)" in expr
-    assert "sum by (le) (otel_bridge:vllm:ttft_seconds_bucket:last5m_sum @ 1000.000)" in expr
+    assert f"sum by (model_name) ({TOKENS} @ 1010.000)" in expr
+    assert f"sum by (le) ({TTFT_BUCKET} @ 1000.000)" in expr
     assert f"{PRESENT} @ 1000.000" in expr
     assert f"max({AGE} @ 1010.000)" in expr
     assert f"count_over_time({RESETS}[310s] @ 1010.000)" in expr  # the window and the 5 minutes before it
@@ -144,30 +179,29 @@ def test_a_ruled_window_reads_the_rules_at_both_boundaries_and_no_raw_series() -
     assert "max_over_time(vllm:num_requests_running[10s])" in expr  # gauges as before
     final = ruled_plan(StepWindow(step=3, start=1000.0, end=1010.0, final=True))
     assert final.close_at == 1015.5  # closed by the first evaluation after the end
-    assert "otel_bridge:vllm:ttft_seconds_count:last5m_sum @ 1015.500" in (final.expression or "")
+    assert f"{TTFT_COUNT} @ 1015.500" in (final.expression or "")
 
 
 def test_a_ruled_window_is_read_at_the_evaluations_it_is_given_and_unanswered_without() -> None:
     plan = ruled_plan(times={"start": 997.25, "end": 1008.5})
     expr = plan.expression or ""
-    assert "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 1008.500" in expr
-    assert "otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name @ 997.250" in expr
+    assert f"{TOKENS} @ 1008.500" in expr
+    assert f"{TOKENS} @ 997.250" in expr
     assert f"count_over_time({RESETS}[311250ms] @ 1008.500)" in expr
     unknown = ruled_plan(times={"end": 1008.5})
-    assert "last5m_sum" not in (unknown.expression or "")
+    assert RECORD not in (unknown.expression or "")
     answer = unknown.read(QueryResult("vector", (tagged("1/end/0", 130.0),)))
     assert 1 not in answer.answered
 
 
-def test_the_rule_evaluations_asked_for_are_those_stored_whole() -> None:
+def test_the_rule_evaluations_asked_for_are_those_stored() -> None:
     plan = ruled_plan(times={})
     expr = plan.rule_times_expression(start=True)
-    # Every record the plan reads and the target rules: the smallest of their latest sample times, each tagged apart
-    # (timestamp() drops the names, and one vector cannot hold two series with the same labels).
-    assert expr.count("min(timestamp(") == 3 * 8  # five sum records, PRESENT, COUNTED and AGE
-    assert f"min(timestamp({AGE} @ 1010.000))" in expr
-    assert f"min(timestamp({PRESENT} @ 1000.000))" in expr
-    assert f"min(timestamp({PRESENT}))" in expr  # the latest stored, whenever it stands for
+    # The smallest of the rule's latest sample times at each boundary, and the latest stored (whenever it stands for).
+    assert expr.count("min(timestamp(") == 3
+    assert f"min(timestamp({RECORD} @ 1010.000))" in expr
+    assert f"min(timestamp({RECORD} @ 1000.000))" in expr
+    assert f"min(timestamp({RECORD}))" in expr
     times = plan.read_rule_times(
         QueryResult("vector", (tagged("end", 1008.0), tagged("latest", 1013.0), tagged("1/end/0", 5.0)))
     )
@@ -220,14 +254,14 @@ def test_without_a_rule_evaluation_near_a_boundary_the_ruled_queries_are_not_ans
 
 
 def test_a_ruleset_covering_some_queries_leaves_the_others_on_raw_series() -> None:
-    ruleset = RuleSet({1: ("otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name",)}, 5.0, 0.0)
+    ruleset = RuleSet({1: (TOKENS,)}, 5.0, 0.0)
     counters = unruled(ruleset, boundary_sums)
     plan = RuledWindow(
         WindowPlan(QUERIES, WINDOW, increase_queries=[1, 2], pad_s=2.0, closing_s=1.0, counters=counters), ruleset
     )
     plan.at_rule_evaluations({"start": 1000.0, "end": 1010.0})
     expr = plan.expression or ""
-    assert "generation_tokens_total:last5m_sum_by_model_name @ 1010.000" in expr
+    assert f"{TOKENS} @ 1010.000" in expr
     assert "last_over_time(vllm:ttft_seconds_bucket[12s] @ 1010.000)" in expr
     assert plan.ruled == [1]
 
@@ -252,13 +286,17 @@ def test_a_reread_target_is_taken_as_far_as_the_rule_evaluations_had_its_samples
         labels,
         [(990.0, 100.0), (996.0, 110.0), (999.0, 5.0), (1004.0, 20.0), (1007.0, 30.0)],
     )
-    counted = RawSeries(COUNTED, {"job": "rollout", "instance": "a"}, [(997.0, 110.0), (1008.0, 20.0)])
+    part = {PART_LABEL: COUNTED_PART}
+    counted = RawSeries(RECORD, {"job": "rollout", "instance": "a", **part}, [(997.0, 110.0), (1008.0, 20.0)])
     newcomer = RawSeries("vllm:generation_tokens_total", {**labels, "instance": "b"}, [(999.0, 7.0), (1006.0, 9.0)])
-    counted_b = RawSeries(COUNTED, {"job": "rollout", "instance": "b"}, [(1008.0, 9.0)])  # none at 997: it had none
+    counted_b = RawSeries(RECORD, {"job": "rollout", "instance": "b", **part}, [(1008.0, 9.0)])  # none at 997: none had
     odd = RawSeries("vllm:generation_tokens_total", {**labels, "instance": "c"}, [(1001.0, 3.0)])
-    counted_c = RawSeries(COUNTED, {"job": "rollout", "instance": "c"}, [(1008.0, 4.0)])  # matches no sample time
+    counted_c = RawSeries(
+        RECORD, {"job": "rollout", "instance": "c", **part}, [(1008.0, 4.0)]
+    )  # matches no sample time
+    present = RawSeries(RECORD, {"job": "rollout", "instance": "a", PART_LABEL: "target:present"}, [(1008.0, 1.0)])
     targets = {("rollout", "a"), ("rollout", "b"), ("rollout", "c")}
-    views, unknown = plan.rule_views([tokens, counted, newcomer, counted_b, odd, counted_c], targets)
+    views, unknown = plan.rule_views([tokens, counted, present, newcomer, counted_b, odd, counted_c], targets)
     assert views[("rollout", "a")] == RuleView(997.0, 1004.0)
     assert views[("rollout", "b")] == RuleView(997.0, 1008.0)  # nothing of it at 997 to have had
     assert unknown == {("rollout", "c")}
@@ -276,15 +314,15 @@ def test_the_rules_expected_are_the_offline_file_whatever_form_the_store_holds()
     `otel-bridge prometheus-rules` writes offline (no store: every query as served) is the one a store holding the
     families escaped (``vllm_x``: a Prometheus 2.x scraping a negotiating exporter), or under two names at once,
     must run; so every rule selects every name a family may be stored under."""
-    offline = rules_for(QUERIES)
+    offline = rule_for(QUERIES)
     for forms in (("escaped",), ("served", "escaped"), ("ray",)):
         held = [replace(q, forms=forms) for q in QUERIES]
-        assert rules_for(held) == offline
+        assert rule_for(held) == offline
         ruleset, problems = find_rules(held, loaded(QUERIES))
         assert ruleset is not None, problems
         assert sorted(ruleset.records) == [1, 2, 3]
-    rules = {r.record: r.expr for r in offline}
-    counter = rules["otel_bridge:vllm:generation_tokens_total:last5m_sum_by_model_name"]
+    rules = {p.selector: p.expr for p in parts_for(QUERIES)}
+    counter = rules[TOKENS]
     for name in ("vllm:generation_tokens_total", "vllm_generation_tokens_total", "ray_vllm_generation_tokens_total"):
         assert f"last_over_time({name}[5m])" in counter
         assert f"resets({name}[5m]) > 0" in rules[RESETS]

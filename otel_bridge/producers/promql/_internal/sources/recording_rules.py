@@ -2,7 +2,7 @@
 finds them loaded, required insists; :mod:`otel_bridge.producers.promql._internal.rules` writes and finds them).
 
 The queries the rules serve read the rules' per-group sums at each boundary: at the time of the rule evaluation that
-stands for it (``t_r``). The source waits until the evaluations after both boundaries are stored whole
+stands for it (``t_r``). The source waits until the evaluations after both boundaries are stored
 (:meth:`RecordingRulesSource.read`; a busy Prometheus stores them seconds after the time they carry), finds them
 (:meth:`RuledWindow.rule_times_expression`) and reads both boundaries at them (:meth:`RuledWindow.at_rule_evaluations`);
 the targets to re-read and the lag come from the rules' per-target series, and a re-read target's share is reproduced
@@ -32,9 +32,12 @@ from otel_bridge.producers.promql._internal.plan import (
 from otel_bridge.producers.promql._internal.rules import (
     AGE,
     COUNTED,
+    COUNTED_PART,
     GROUP,
     LOOKBACK_S,
+    PART_LABEL,
     PRESENT,
+    RECORD,
     RESETS,
     TARGET_BY,
     RuleSet,
@@ -126,9 +129,9 @@ class RecordingRulesSource:
         """The rule evaluations standing for the window's boundaries: ``{"start": t_rs, "end": t_re}``.
 
         A boundary is represented by the last evaluation at or before it. Prometheus stores an evaluation's samples
-        when each rule is done, seconds after the time they carry on a busy server, so the bridge waits (a few rule
-        intervals at most) until an evaluation after the boundary is stored whole: evaluations of one group run one
-        after the other, so none at or before the boundary is still to come. The run's last window is closed by an
+        when the rule is done, seconds after the time they carry on a busy server, so the bridge waits (a few rule
+        intervals at most) until an evaluation after the boundary is stored: evaluations of one group run one after
+        the other, so none at or before the boundary is still to come. The run's last window is closed by an
         evaluation holding every target's first scrape after its end, waited for within half the step's budget
         (``delivery.produce_timeout_s``). When a wait runs out, the last stored evaluation stands for the boundary
         (the lag says how far off it is), and the next window starts from the very evaluation this one ended with,
@@ -179,11 +182,12 @@ class RecordingRulesSource:
             self._reader.warn.warning(
                 f"rule-view:{job}/{instance}",
                 "step %s: could not tell which samples of %s (job %s) otel-bridge's recording rules had at the "
-                "step's boundaries (their otel_bridge:target:counted_5m matches none of its sample times); its "
-                "share is taken as if they had all, so a count may land in a neighbouring step",
+                "step's boundaries (their %s matches none of its sample times); its share is taken as if they had "
+                "all, so a count may land in a neighbouring step",
                 plan.window.step,
                 instance,
                 job,
+                COUNTED,
             )
         for index, chosen in answer.reread.items():
             if index not in ruled.ruled:
@@ -252,29 +256,21 @@ class RuledWindow:
 
     def rule_times_expression(self, *, start: bool) -> str:
         """The query (evaluate it now) for the rule evaluations around this window: ``end``, the last evaluation
-        stored whole at or before :attr:`close_at`; ``latest``, the last one stored whole; with ``start``, the last
-        one stored whole at or before the window's start (read by :meth:`read_rule_times`).
+        stored at or before :attr:`close_at`; ``latest``, the last one stored; with ``start``, the last one stored at
+        or before the window's start (read by :meth:`read_rule_times`).
 
-        An evaluation is stored whole when every rule of the group has its samples at its time: Prometheus stamps an
-        evaluation with its scheduled time and stores each rule's samples when that rule is done, so on a busy server
-        they land seconds after the time they stand for, one rule after the other. Its time is the smallest of the
-        latest sample times of the group's series (a rule with no series at that evaluation wrote staleness markers,
-        so it does not hold it back).
+        Prometheus stamps an evaluation with its scheduled time and stores the rule's samples of it together, when
+        the rule is done: on a busy server seconds after the time they stand for. An evaluation's time is the
+        smallest of the latest sample times of the rule's series (a part with no series at that evaluation wrote
+        staleness markers, so it does not hold it back).
         """
-        names = sorted({record for index in self.ruled for record in self._records[index]} | {PRESENT, COUNTED, AGE})
         times: list[tuple[str, str]] = [("end", f" @ {at(self.close_at)}"), ("latest", "")]
         if start:
             assert self.window.start is not None
             times.append(("start", f" @ {at(self.window.start)}"))
-
-        def stored_whole(when: str) -> str:  # timestamp() drops the names: each record's own label keeps them apart
-            each = [
-                promql.tag_series(f"min(timestamp({name}{when}))", "otel_bridge_record", str(i))
-                for i, name in enumerate(names)
-            ]
-            return f"min({promql.union(each)})"
-
-        return promql.union([promql.tag_series(stored_whole(when), TAG_LABEL, which) for which, when in times])
+        return promql.union(
+            [promql.tag_series(f"min(timestamp({RECORD}{when}))", TAG_LABEL, which) for which, when in times]
+        )
 
     @staticmethod
     def read_rule_times(result: QueryResult) -> dict[str, float]:
@@ -294,7 +290,7 @@ class RuledWindow:
         self.rule_times = {"start": times["start"], "end": times["end"]}
         self.plan.reread_until = max(self.close_at, times["end"])
         self.plan.reread_from = times["start"] - LOOKBACK_S  # the re-read targets' shares reach back that far
-        self.plan.reread_names = [COUNTED]  # which of their samples each rule evaluation had (rule_views)
+        self.plan.reread_names = [RECORD]  # COUNTED: which of their samples each rule evaluation had (rule_views)
         for index in self.ruled:
             self._rule_increase(index, self.queries[index])
         self._rule_targets()
@@ -415,7 +411,7 @@ class RuledWindow:
             target = target_of(series.labels)
             if target not in targets:
                 continue
-            if series.name == COUNTED:
+            if series.name == RECORD and series.labels.get(PART_LABEL) == COUNTED_PART:
                 counted[target] = series
             for name, query in selections:  # once per selection it falls in, as the rule sums it
                 if series.name == name and query.matches(series.labels):

@@ -29,6 +29,7 @@ from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.record import StepRecord
 from tests.cli.support import run_cli, stop_process, validate_doctor_json, write_config
 from tests.helpers.http_servers import Response, ScriptedHTTPServer, free_port
+from tests.helpers.mlflow_store import new_store
 
 pytestmark = pytest.mark.integration
 
@@ -43,9 +44,10 @@ def _mlflow_installed() -> None:
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[int]:
     """A real ``mlflow server`` on a free loopback port, its store in sqlite; stopped by PID."""
     workdir = tmp_path_factory.mktemp("mlflow-server")
+    store = new_store(pytestconfig, workdir / "mlflow.db")
     port = free_port()
     log = (workdir / "server.log").open("wb")
     process = subprocess.Popen(
@@ -61,7 +63,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             "--workers",
             "1",
             "--backend-store-uri",
-            f"sqlite:///{workdir / 'mlflow.db'}",
+            store,
             "--default-artifact-root",
             str(workdir / "artifacts"),
         ],

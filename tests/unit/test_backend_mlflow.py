@@ -17,6 +17,7 @@ from otel_bridge.exporters.backends.mlflow import MAX_METRICS_PER_BATCH, MlflowB
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.record import StepRecord
 from tests.helpers.imported_when_used import ImportedWhenUsed
+from tests.helpers.mlflow_store import new_store
 from tests.helpers.offline import T0, block_network, make_records
 
 mlflow = ImportedWhenUsed("mlflow")
@@ -48,9 +49,9 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One SQLite store for the module (creating one takes seconds); every test uses runs of its own."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> str:
+    """One SQLite store for the module; every test uses runs of its own."""
+    return new_store(pytestconfig, tmp_path_factory.mktemp("mlflow") / "mlflow.db")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 
 from otel_bridge import Bridge
 from tests.helpers.imported_when_used import ImportedWhenUsed
+from tests.helpers.mlflow_store import new_store
 from tests.helpers.offline import block_network
 from tests.helpers.wandb_reader import read_history
 
@@ -41,10 +42,10 @@ def _tensorboard_tags(logdir: Path) -> set[str]:
 
 
 def test_trainer_keys_reach_each_tracker_unchanged_or_renamed_with_a_note(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     block_network(monkeypatch)
-    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking_uri = new_store(request.config, tmp_path / "mlflow.db")
     config = {
         "trackers": [
             {"type": "jsonl"},

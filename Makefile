@@ -122,7 +122,7 @@ typecheck: $(VENV)/.dev-installed
 # with each test's fixed sleeps) to .test-times/junit.xml and prints the 50 slowest. Four on 2 cores, the fourth held
 # until the saturating tests are done (SATURATED_WORKERS, tests/plugins/tiers.py): most tests wait on wall-clock
 # intervals (scrapes, steps, rule evaluations), not on the CPU (a two-worker run used 42% of the cores, three about
-# 60%). Measured on fresh clones: three workers 22-24 minutes end to end, four 17m46s-19m46s (cc39-cc41).
+# 60%). Measured on fresh clones: three workers 22-24 minutes end to end, four 15m51s-19m46s (cc39-cc42).
 PYTEST_WORKERS ?= 4
 CHECK_WORKERS ?= 3
 PYTEST_PARALLEL = --dist loadgroup --no-loadscope-reorder

@@ -160,8 +160,8 @@ def sum_part(query: MetricQuery, position: int) -> RulePart:
 
 def primary_selections(queries: Sequence[MetricQuery]) -> dict[tuple[str, ...], tuple[str, MetricQuery]]:
     """The counting queries' primary sample names (a counter, a histogram's ``_count``, a ratio's two counters) as
-    the target rules select them: ``{selectors (one per form: :func:`_selectors`): (name, the query whose matchers it
-    carries)}``, each selection once."""
+    the per-target parts select them: ``{selectors (one per form: :func:`_selectors`): (name, the query whose
+    matchers it carries)}``, each selection once."""
     out: dict[tuple[str, ...], tuple[str, MetricQuery]] = {}
     for query in queries:
         if not counting(query):

@@ -26,7 +26,8 @@ _CREATE = "import sys; from mlflow.tracking import MlflowClient; MlflowClient(sy
 
 def _template(config: pytest.Config) -> Path:
     """The store MLflow created, in pytest's cache (created here, in a process of its own, when missing)."""
-    home = config.cache.mkdir("mlflow-store") if config.cache is not None else Path(tempfile.gettempdir())
+    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider: then the system's temporary directory
+    home = cache.mkdir("mlflow-store") if cache is not None else Path(tempfile.gettempdir())
     template = home / f"mlflow-{version('mlflow')}.db"
     if not template.exists():
         with tempfile.TemporaryDirectory(dir=home) as scratch:

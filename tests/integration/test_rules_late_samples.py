@@ -27,8 +27,9 @@ import pytest
 import requests
 
 from otel_bridge import Bridge
-from otel_bridge.config import MetricConfig
+from otel_bridge.config import MetricConfig, PrometheusConfig
 from otel_bridge.producers.metric_set import resolve_metrics
+from otel_bridge.producers.promql import connect
 from otel_bridge.producers.promql._internal.rules import COUNTED, find_rules, rules_document
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.helpers.remote_write import push
@@ -202,8 +203,11 @@ def test_every_record_of_one_rule_evaluation_holds_the_same_samples(tmp_path: Pa
             stop.set()
             writer.join(timeout=10)
         assert not errors, errors
-        groups = requests.get(f"{server.url}/api/v1/rules", timeout=10).json()["data"]["groups"]
-        ruleset, problems = find_rules(queries, groups)
+        client = connect(PrometheusConfig(url=server.url))
+        try:
+            ruleset, problems = find_rules(queries, client.rule_groups())
+        finally:
+            client.close()
         assert ruleset is not None, problems
         (summed,) = ruleset.records[0]
 

@@ -88,7 +88,7 @@ class RulePart:
 
     @property
     def term(self) -> str:
-        """This part as a term of the rule's expression (:func:`rule_expression`)."""
+        """This part as a term of the rule's expression (:func:`rule_for`)."""
         return promql.tag_series(self.expr, PART_LABEL, self.part)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import queue
@@ -21,9 +22,17 @@ from otel_bridge.exporters.backends.base import Backend
 from otel_bridge.exporters.backends.registry import create_backend
 from otel_bridge.exporters.backends.wandb import STEP_KEY, WandbBackend, define_metric_name
 from otel_bridge.exporters.record import StepRecord
+from tests.helpers import wandb_reader
 from tests.helpers.imported_when_used import ImportedWhenUsed
 from tests.helpers.offline import T0, block_network, make_records
-from tests.helpers.wandb_reader import leet_available, read_history, read_metric_definitions
+from tests.helpers.wandb_reader import (
+    BLOCK_SIZE,
+    chunk_kinds,
+    find_transaction_log,
+    leet_available,
+    read_history,
+    read_metric_definitions,
+)
 
 wandb = ImportedWhenUsed("wandb")
 
@@ -433,11 +442,44 @@ def test_missing_extra_is_a_config_error(run_dir: Path, monkeypatch: pytest.Monk
 
 
 def test_the_two_readers_agree(run_dir: Path) -> None:
+    """The suite reads wandb's logs with its own parser (``log``, tests/helpers/wandb_reader.py); wandb's own
+    ``leet`` reads the same history and metric definitions from a log of several 32 KiB blocks whose records are split
+    across them, one record larger than a block (first, middle and last chunks) among them."""
     if not leet_available():  # asked when the test runs: at collection it cost every worker a wandb process
         pytest.skip("this wandb has no 'wandb leet inspect'")
     backend = create_backend("wandb", {}, run_dir)
-    for record in make_records(40):
+    records = make_records(200)
+    wide = {f"rollout/vllm/num_requests_running/instance.10.0.{i // 256}.{i % 256}_8000": float(i) for i in range(2000)}
+    records[100] = dataclasses.replace(records[100], values={**records[100].values, **wide})
+    for record in records:
         backend.write(record)
     backend.close()
-    assert read_history(run_dir, "leet") == read_history(run_dir, "log")
-    assert read_metric_definitions(run_dir, "leet") == read_metric_definitions(run_dir, "log")
+    log = find_transaction_log(run_dir)
+    assert log.stat().st_size > 4 * BLOCK_SIZE
+    assert {kind for _, kind in chunk_kinds(log.read_bytes())} >= {"full", "first", "middle", "last"}
+    history = read_history(run_dir, "log")
+    assert sum(1 for row in history if STEP_KEY in row) == 200
+    assert history == read_history(run_dir, "leet")
+    assert read_metric_definitions(run_dir, "log") == read_metric_definitions(run_dir, "leet")
+
+
+def test_a_log_is_read_once_it_ends_with_the_exit_record(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wandb-core writes the log in 32 KiB blocks and may still hold the last when ``run.finish()`` returns (a
+    quick-tier run read 180 of 200 rows): the reader waits for the run's exit record, and a log that never gets one
+    is an error naming it, not a short history."""
+    backend = create_backend("wandb", {}, run_dir)
+    for record in make_records(200):
+        backend.write(record)
+    backend.close()
+    whole = find_transaction_log(run_dir).read_bytes()
+    assert len(whole) > 2 * BLOCK_SIZE
+    cut = tmp_path / "cut" / "run-cut.wandb"
+    cut.parent.mkdir()
+    cut.write_bytes(whole[: 2 * BLOCK_SIZE])  # what a reader can find on disk before the last blocks are written
+    monkeypatch.setattr(wandb_reader, "COMPLETE_WITHIN_S", 0.5)
+    with pytest.raises(AssertionError, match="has no exit record"):
+        read_history(cut)
+    cut.write_bytes(whole)
+    assert [row[STEP_KEY] for row in read_history(cut) if STEP_KEY in row] == list(range(1, 201))

@@ -8,6 +8,7 @@ worker the import (torch, wandb and mlflow together: about 4 CPU-s), though one 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 import pytest
@@ -34,3 +35,11 @@ class ImportedWhenUsed:
 
     def __repr__(self) -> str:
         return f"ImportedWhenUsed({self._name!r})"
+
+
+def skip_unless_installed(*names: str) -> None:
+    """Skip the calling test unless every module of ``names`` is installed, without importing one: for a test whose
+    scripts import them in processes of their own (``pytest.importorskip`` would import each here too)."""
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)}")

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.cli.support import run_python
+from tests.helpers.imported_when_used import skip_unless_installed
 from tests.helpers.mlflow_store import new_store
 
 pytestmark = pytest.mark.integration
@@ -79,7 +80,9 @@ READ_BACK = textwrap.dedent(
 TRACKERS = (
     "otel_bridge.integrations.verl",
     "wandb",
+    "wandb.sdk.launch",
     "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
     "tensorboard.backend.event_processing.event_accumulator",
     "tests.helpers.wandb_reader",
 )
@@ -95,9 +98,7 @@ def run_script(code: str, args: list[str], cwd: Path, env: dict[str, str]) -> An
 def test_a_rerun_with_the_same_names_gets_its_own_directory_and_tracker_runs(
     tmp_path: Path, with_file: bool, request: pytest.FixtureRequest
 ) -> None:
-    pytest.importorskip("trackio")
-    pytest.importorskip("mlflow")
-    pytest.importorskip("wandb")
+    skip_unless_installed("trackio", "mlflow", "wandb")
     env = {
         "WANDB_MODE": "offline",
         "WANDB_SILENT": "true",

@@ -34,6 +34,8 @@ from otel_bridge.integrations import HPARAMS_FILE, LATE_VALUES, numeric_items, s
 from otel_bridge.integrations.verl import Tracking, patch_verl, supported_backends, verl_trackers
 from tests.helpers.backends import BackendDouble
 
+WORKER_GROUP = "verl"  # imports verl and torch here: one worker does for every such module (tests/plugins/tiers.py)
+
 STEPS = 3
 GAUGE_KEY = "rollout/vllm/num_requests_running/last"
 """A gauge statistic: in every record, the first one included."""

@@ -16,6 +16,8 @@ from otel_bridge.exporters.naming import OUTSIDE_PHASES_KEY, STEP_SECONDS_KEY
 from otel_bridge.integrations.verl import patch_verl
 from tests.conftest import Replica
 
+WORKER_GROUP = "verl"  # imports verl and torch here: one worker does for every such module (tests/plugins/tiers.py)
+
 STEP_LEVEL_PHASE_KEYS = (STEP_SECONDS_KEY, OUTSIDE_PHASES_KEY)  # the step's own seconds, not a phase
 
 TOKENS = "rollout/vllm/generation_tokens_total/delta"

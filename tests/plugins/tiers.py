@@ -13,7 +13,9 @@ checked while the tests run:
 
 Parallel workers (``pytest -n 4 --dist loadgroup``, ``make test``): a module's tests form one group, so they run in one
 worker, one after another, and its module-scoped servers are shared as they are in one process; the modules that take
-the session's Ray cluster share one group (one Ray per run, not per worker). A module whose tests share servers in
+the session's Ray cluster share one group (one Ray per run, not per worker), and so do the modules that declare one
+``WORKER_GROUP`` (a module-level ``WORKER_GROUP = "verl"``): those that import the same framework of seconds into the
+test process (verl with torch: 5 CPU-s), which one worker then imports once. A module whose tests share servers in
 parts (one run per case and Prometheus version, say) declares the parts: a module-level
 ``worker_group(test: str) -> str`` maps a test's name (with its parameters) to its part, and each part is a group of
 its own; a part named :data:`SATURATING` joins the one group of every module's tests that saturate the machine, so
@@ -37,6 +39,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import re
 import sys
 import threading
 import types
@@ -81,6 +84,10 @@ HEAVY_MODULES = (
 )
 #: Fixtures of one server per run, not per worker: their modules share one worker.
 SESSION_SERVERS = {"ray_cluster": "ray"}
+#: A module's declaration of the group it shares with other modules (read from its source: the controller imports no
+#: test module), and the prefix of such a group's name.
+_WORKER_GROUP = re.compile(r'^WORKER_GROUP = "([a-z_]+)"', re.MULTILINE)
+WORKER_GROUP_PREFIX = "shared:"
 #: The part (``worker_group``) of the tests that saturate the machine, one group across modules: they hold the machine
 #: one at a time (tests/plugins/machine.py), so in two workers the second would wait for the first's hold, idle.
 SATURATING = "saturating"
@@ -133,12 +140,14 @@ def needs_server(item: pytest.Item) -> bool:
 @functools.cache
 def _file_group(path: str) -> str:
     """The group of the test file ``path`` (relative to the root): a session server's whose fixture it names (a test
-    taking a fixture names it), else its own path."""
+    taking a fixture names it), else the ``WORKER_GROUP`` it declares, else its own path."""
     try:
         source = (ROOT / path).read_text(encoding="utf-8")
     except OSError:
         return path
-    return next((group for fixture, group in SESSION_SERVERS.items() if fixture in source), path)
+    declared = _WORKER_GROUP.search(source)
+    default = f"{WORKER_GROUP_PREFIX}{declared.group(1)}" if declared else path
+    return next((group for fixture, group in SESSION_SERVERS.items() if fixture in source), default)
 
 
 @functools.cache

@@ -258,6 +258,17 @@ def test_workers_beyond_the_saturated_ones_wait_for_the_saturating_group(pyteste
     assert sorted(i for node in nodes for i in node.sent) == sorted(set(i for node in nodes for i in node.sent))
 
 
+def test_modules_declaring_one_worker_group_run_in_one_worker() -> None:
+    """The modules importing verl and torch into the test process share one group, so one worker imports them once;
+    a module declaring none is a group of its own."""
+    verl = {
+        tiers.group_of(f"tests/integration/{module}.py::test_it")
+        for module in ("test_verl_phases", "test_integrations")
+    }
+    assert verl == {tiers.WORKER_GROUP_PREFIX + "verl"}
+    assert tiers.group_of("tests/unit/test_window.py::test_it") == "tests/unit/test_window.py"
+
+
 def test_no_two_test_modules_share_a_name() -> None:
     """The test folders are not packages (pytest imports each module by its base name): a second module of one name
     is not collected at all, only an error is (tests/unit/test_prometheus_names.py beside an integration module of

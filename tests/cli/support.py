@@ -118,6 +118,9 @@ class _CliForks:
 
     def close(self) -> None:
         stop_process(self._server)
+        for pipe in (self._server.stdin, self._server.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def _text(path: Path) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import support
 from tests.cli.support import run_cli, run_python, write_config
 
 CASES = {
@@ -60,3 +61,14 @@ def test_a_forked_script_answers_as_a_new_process(tmp_path: Path, status: int) -
         answers.append((done.returncode, done.stdout.replace(cwd.name, "CWD"), done.stderr, files))
     assert answers[1] == answers[0]
     assert answers[0][0] == status
+
+
+def test_a_closed_fork_server_has_ended_and_leaves_no_pipe_open() -> None:
+    """A worker ends its fork servers at exit: the server by its PID, and its pipes closed (a worker's interpreter
+    printed ``ResourceWarning: unclosed file`` for them as it ended)."""
+    forks = support._CliForks(("json",))
+    pid = forks._server.pid
+    forks.close()
+    assert forks._server.returncode is not None, pid
+    pipes = (forks._server.stdin, forks._server.stdout)
+    assert [pipe is not None and pipe.closed for pipe in pipes] == [True, True]

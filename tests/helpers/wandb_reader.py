@@ -157,8 +157,8 @@ def _complete_records(log_file: Path) -> list[dict[str, Any]]:
         if time.monotonic() > deadline:
             last = records[-1]["type"] if records else None
             raise AssertionError(
-                f"{log_file} has no exit record {COMPLETE_WITHIN_S:.0f} s after it was read (last: {last}): "
-                "read a run once it is finished"
+                f"{log_file} holds no exit record within {COMPLETE_WITHIN_S:g} s (its last record: {last}): read a "
+                "run once it is finished"
             )
         time.sleep(0.01)
 

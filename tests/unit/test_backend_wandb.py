@@ -32,6 +32,7 @@ from tests.helpers.wandb_reader import (
     leet_available,
     read_history,
     read_metric_definitions,
+    read_records,
 )
 
 wandb = ImportedWhenUsed("wandb")
@@ -454,10 +455,10 @@ def test_the_two_readers_agree(run_dir: Path) -> None:
     for record in records:
         backend.write(record)
     backend.close()
+    history = read_history(run_dir, "log")  # once wandb-core has written the whole log
     log = find_transaction_log(run_dir)
     assert log.stat().st_size > 4 * BLOCK_SIZE
     assert {kind for _, kind in chunk_kinds(log.read_bytes())} >= {"full", "first", "middle", "last"}
-    history = read_history(run_dir, "log")
     assert sum(1 for row in history if STEP_KEY in row) == 200
     assert history == read_history(run_dir, "leet")
     assert read_metric_definitions(run_dir, "log") == read_metric_definitions(run_dir, "leet")
@@ -473,13 +474,14 @@ def test_a_log_is_read_once_it_ends_with_the_exit_record(
     for record in make_records(200):
         backend.write(record)
     backend.close()
+    assert read_records(run_dir)[-1]["type"] == "exit"  # the whole log, once wandb-core has written it
     whole = find_transaction_log(run_dir).read_bytes()
     assert len(whole) > 2 * BLOCK_SIZE
     cut = tmp_path / "cut" / "run-cut.wandb"
     cut.parent.mkdir()
     cut.write_bytes(whole[: 2 * BLOCK_SIZE])  # what a reader can find on disk before the last blocks are written
     monkeypatch.setattr(wandb_reader, "COMPLETE_WITHIN_S", 0.5)
-    with pytest.raises(AssertionError, match="has no exit record"):
+    with pytest.raises(AssertionError, match="holds no exit record"):
         read_history(cut)
     cut.write_bytes(whole)
     assert [row[STEP_KEY] for row in read_history(cut) if STEP_KEY in row] == list(range(1, 201))

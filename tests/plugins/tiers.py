@@ -84,8 +84,8 @@ HEAVY_MODULES = (
 )
 #: Fixtures of one server per run, not per worker: their modules share one worker.
 SESSION_SERVERS = {"ray_cluster": "ray"}
-#: A module's declaration of the group it shares with other modules (read from its source: the controller imports no
-#: test module), and the prefix of such a group's name.
+#: A module's declaration of the group it shares with other modules (read from its source, as the session servers'
+#: fixtures are), and the prefix of such a group's name.
 _WORKER_GROUP = re.compile(r'^WORKER_GROUP = "([a-z_]+)"', re.MULTILINE)
 WORKER_GROUP_PREFIX = "shared:"
 #: The part (``worker_group``) of the tests that saturate the machine, one group across modules: they hold the machine

@@ -105,6 +105,7 @@ GAUGE = {"name": "vllm:num_requests_running", "type": "gauge", "stats": ["max"]}
 GAUGE_KEY = "rollout/vllm/num_requests_running/max"
 BOUNDARY_MAX_TARGETS = 2  # below the replicas Prometheus lists: one process' reach
 RUN_TIMEOUT_S = 300
+REPLACED_WITHIN_S = 20.0  # Ray reports an actor's death to its owner within a second or two on the loaded machine
 READY, LOADED, CLOSED = b"r", b"l", b"c"  # the child's and the test's messages on their pipes (see the docstring)
 
 
@@ -192,10 +193,13 @@ def run(out: Path, to_test: int, to_run: int) -> None:
             for bridge in bridges:
                 bridge.log({}, step=step)
             if step == KILL_AFTER:
+                bridges[0].collect(step - 1)  # no window asks the agents while one dies: only its death is seen
                 driver = ray.get_runtime_context().get_node_id()
                 node_id, urls = next((n, u) for n, u in sorted(agents.assignment().items()) if n != driver)
-                ray.kill(agents._agents[node_id].handle)
+                handle = agents._agents[node_id].handle
+                ray.kill(handle)
                 killed = {"node": node_id, "targets": urls, "at": time.time()}
+                killed["replaced_after_s"] = replaced_after(agents, node_id, handle)
                 # The PromQL path's agent of the same node reads the same replicas (the placement is a function of
                 # the targets and the alive nodes): its process dies.
                 of_promql = [a for a in node_agents_of_others() if a["Address"]["NodeID"] == node_id]
@@ -243,6 +247,19 @@ def run(out: Path, to_test: int, to_run: int) -> None:
         for replica in replicas:
             replica.stop()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def replaced_after(agents: Any, node_id: str, killed: Any) -> float | None:
+    """Seconds until ``agents`` placed a new agent on ``node_id`` in place of the ``killed`` one, asking nothing of
+    it meanwhile (no boundary, no window); ``None`` when it did not within :data:`REPLACED_WITHIN_S`."""
+    began = time.monotonic()
+    while time.monotonic() - began < REPLACED_WITHIN_S:
+        with agents._lock:
+            current = agents._agents.get(node_id)
+        if current is not None and current.handle is not killed:
+            return time.monotonic() - began
+        time.sleep(0.02)
+    return None
 
 
 def trainer(address: str, targets: list[str], prometheus: str, pids: Path) -> None:
@@ -459,6 +476,14 @@ def test_the_runs_sum_is_exact_but_what_no_agent_read(outcome: dict[str, Any]) -
             read_again = steps[last]["end"] + steps[last]["values"][LAG_KEY] + BAND_S  # the new agent's first reading
             lost = completed(outcome, replica, steps[first]["start"], read_again)
             assert truth - lost <= total <= truth, f"{hostport}: run's sum {total} vs truth {truth} (lost <= {lost})"
+
+
+def test_a_dead_agent_is_replaced_as_soon_as_ray_reports_its_death(outcome: dict[str, Any]) -> None:
+    """An agent killed between two windows is replaced without waiting for a window to ask it for its partial: a run
+    whose steps come minutes apart (or whose loop stalls) has its node's targets read again within seconds, not one
+    step later."""
+    replaced = outcome["killed"]["replaced_after_s"]
+    assert replaced is not None, f"the killed agent was not replaced within {REPLACED_WITHIN_S}s without a window"
 
 
 def test_a_leaving_nodes_targets_move_to_the_other_nodes(outcome: dict[str, Any]) -> None:

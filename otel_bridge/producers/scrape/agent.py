@@ -7,7 +7,8 @@ and waits; instead of metrics it answers each window with the targets' mergeable
 (:mod:`otel_bridge.producers.scrape.node_agents` places, tells and replaces the agents).
 
 The actor runs its methods on several threads (``max_concurrency``): a boundary is taken while a window's partial
-waits for its readings, as the scrape path's sampler takes them in one process.
+waits for its readings, as the scrape path's sampler takes them in one process, and one thread holds its owner's
+:meth:`NodeAgent.watch` call for the agent's lifetime.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class NodeAgent:
         )
         self._lock = threading.Lock()
         self._errors_sent: dict[str, float] = {}  # instance -> failed scrapes told to the trainer
+        self._closed = threading.Event()
 
     def start(self) -> list[str]:
         """Scrape the targets once and start sampling (the trainer waits for it); answers the targets (``host:port``)
@@ -55,6 +57,11 @@ class NodeAgent:
         self._producer.start()
         _log.info("node agent %s reading %d target(s)", self._node, len(self._producer.targets))
         return self._producer.unanswered()
+
+    def watch(self) -> None:
+        """Return only when the agent is closed: its owner holds this call for the agent's lifetime, and the call
+        fails as soon as Ray finds the agent dead (its process, or its node), so the owner replaces it then."""
+        self._closed.wait()
 
     def on_boundary(self, t: float) -> None:
         """A boundary at unix time ``t``: every target is read at or after it."""
@@ -82,4 +89,5 @@ class NodeAgent:
 
     def close(self) -> None:
         """Stop sampling (the actor ends with the run; this only makes it quicker)."""
+        self._closed.set()
         self._producer.close()

@@ -17,11 +17,14 @@ What crosses the network per window grows with nodes x configured metrics x labe
   whose owner died) and at :meth:`NodeAgents.close`. In a process of the bridge's own (the PromQL child, which takes
   its boundary readings through them), this object joins the trainer's cluster as a Ray driver of that process
   (``cluster``) and leaves it at close: the agents are that process', which ends with the trainer.
-- **Faults**: an agent that died (its process, or its node) leaves its targets unread, named in every record until
-  they are read again (``otel_bridge/unread_s/instance.<host:port>``), and is replaced at once on its node while the
-  node is alive; the new agent reads them from its first reading on, so what they counted between the dead agent's
-  last window and that reading is in no step (the record says from when). An agent that does not answer within the
-  window's budget leaves its targets unread in that window only.
+- **Faults**: an agent that died (its process, or its node) is replaced on its node while the node is alive, as soon
+  as Ray reports its death to this process (a call of the agent's that lasts its lifetime fails then), without
+  waiting for a window to ask it; its targets are unread (``otel_bridge/unread_s/instance.<host:port>``) in every
+  window its replacement could not read whole: each that ended before the replacement answered, and each that began
+  before the replacement was given them (their readings at its start died with the old agent). What they counted
+  between the dead agent's last window and the new agent's first reading is in no step, and those records say from
+  when. The same holds for a target handed to another agent (its node left, or it moved). An agent that does not
+  answer within the window's budget leaves its targets unread in that window only.
 """
 
 from __future__ import annotations
@@ -64,17 +67,20 @@ __all__ = ["NodeAgents"]
 
 _log = logging.getLogger(__name__)
 _AGENT_CONCURRENCY = 4  # a boundary is taken while a window's partial waits for its readings
+_WATCH_PERIOD_S = 1.0  # how often the watcher takes in newly placed agents (a death is seen as Ray reports it)
 _READER = "its node's agent"  # who has no reading of a target, in the unread warning
 
 
 @dataclass
 class _Agent:
-    """One node's agent: its actor, the targets it reads, and its start (an ``ObjectRef`` until it answered)."""
+    """One node's agent: its actor, the targets it reads, its start (an ``ObjectRef`` until it answered) and its
+    lifetime (``watch``: an ``ObjectRef`` that fails when the actor dies)."""
 
     node_id: str
     handle: Any
     targets: list[str]
     ready: Any
+    watch: Any
     started: bool = False
 
 
@@ -119,9 +125,11 @@ class NodeAgents:
         self._lost = False  # an agent is gone: place the targets again
         self._added: dict[str, float] = {}  # instance -> when it became a target
         self._last_read: dict[str, float] = {}  # instance -> the latest window end it was read at
+        self._handed: dict[str, float] = {}  # instance -> when its agent was given it (its boundaries before: unread)
         self._unread_now: list[str] = []
         self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
         self._teller: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
         self._closed = False
         self._ray: Any = None
         self._actor: Any = None
@@ -161,6 +169,8 @@ class NodeAgents:
             self._unread_now = sorted(silent)
         self._teller = threading.Thread(target=suppressing(self._tell), name="otel-bridge-node-agents", daemon=True)
         self._teller.start()
+        self._watcher = threading.Thread(target=suppressing(self._watch), name="otel-bridge-agent-watch", daemon=True)
+        self._watcher.start()
         if late:
             _log.warning(
                 "%d node agent(s) did not start within %gs (%s): their targets are unread until they do",
@@ -203,6 +213,9 @@ class NodeAgents:
         for node_id, urls in assignment.items():
             since = {url: self._added[_instance(url)] for url in urls}  # unread there until the agent reads them
             agent = self._agents.get(node_id)
+            given = set(urls) if agent is None else set(urls) - set(agent.targets)
+            for url in given:  # this agent reads none of their boundaries before now
+                self._handed[_instance(url)] = now
             if agent is None:
                 self._agents[node_id] = self._spawn(node_id, since)
             elif agent.targets != urls:
@@ -217,18 +230,59 @@ class NodeAgents:
             self._actor = ray.remote(NodeAgent)
         handle = self._actor.options(
             num_cpus=0,
-            max_concurrency=_AGENT_CONCURRENCY,
+            max_concurrency=_AGENT_CONCURRENCY + 1,  # and its watch, for its lifetime
             max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(node_id, targets, self._queries, self._options)
         _log.info("node agent for %s: %d target(s)", node_id, len(targets))
-        return _Agent(node_id, handle, list(targets), handle.start.remote())
+        return _Agent(node_id, handle, list(targets), handle.start.remote(), handle.watch.remote())
 
     def _end(self, agent: _Agent) -> None:
         try:
             self._ray.kill(agent.handle)
         except Exception as exc:  # noqa: BLE001 - an agent already gone is what ending it wants
             _log.debug("ending node agent %s: %s", agent.node_id, exc)
+
+    def _watch(self) -> None:
+        """Replace each agent that dies as soon as Ray reports it (its ``watch`` call fails), not at the next window."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                watched = {agent.watch: agent for agent in self._agents.values()}
+            if not watched:
+                time.sleep(_WATCH_PERIOD_S)  # the targets are all gone: agents come back with set_targets
+                continue
+            done, _ = self._ray.wait(list(watched), num_returns=1, timeout=_WATCH_PERIOD_S)
+            for ref in done:
+                agent = watched[ref]
+                try:
+                    self._ray.get(ref)
+                    why = "its watch returned"  # only close() ends it, and then the agent is no longer current
+                except self._ray.exceptions.RayError as exc:
+                    why = type(exc).__name__
+                self._replace([agent], why)
+
+    def _replace(self, dead: Sequence[_Agent], why: str) -> None:
+        """End the ``dead`` agents that are still current and place their targets again (a new agent on each one's
+        node while that node lives, else elsewhere)."""
+        with self._lock:
+            for agent in dead:
+                if self._closed or self._agents.get(agent.node_id) is not agent:
+                    continue  # already replaced, or ended on purpose
+                self._warn.warning(
+                    f"agent-died:{agent.node_id}",
+                    "the node agent of %s died (%s): its %d target(s) are unread until its replacement reads them",
+                    agent.node_id,
+                    why,
+                    len(agent.targets),
+                )
+                del self._agents[agent.node_id]
+                self._end(agent)
+                self._lost = True
+            if self._lost and not self._closed:
+                self._lost = False
+                self._place()
 
     def on_boundary(self, t: float) -> None:
         """A boundary at unix time ``t``: queued for the agents (never blocks)."""
@@ -255,6 +309,7 @@ class NodeAgents:
             for instance in [i for i in self._added if i not in current]:
                 del self._added[instance]
                 self._last_read.pop(instance, None)
+                self._handed.pop(instance, None)
                 self._reporter.forget(instance)
                 self._health.forget(SCRAPE_ERRORS, {"instance": instance})
             if self._ray is not None:
@@ -278,29 +333,22 @@ class NodeAgents:
                 continue
             try:
                 partial: WindowPartial = self._ray.get(ref)
-            except self._ray.exceptions.RayActorError as exc:
-                self._warn.warning(
-                    f"agent-died:{agent.node_id}",
-                    "step %d: the node agent of %s died (%s): its %d target(s) are unread until its replacement "
-                    "reads them",
-                    window.step,
-                    agent.node_id,
-                    type(exc).__name__,
-                    len(reads),
-                )
+            except self._ray.exceptions.RayActorError:
                 dead.append(agent)
                 continue
             except self._ray.exceptions.RayError as exc:
                 self._warn.error(f"agent-error:{agent.node_id}", "node agent of %s failed: %s", agent.node_id, exc)
                 continue
             partials.append(partial)
-            read.update(reads)
+            read.update(url for url in reads if not self._handed_after(_instance(url), window))
             for instance, failed in partial.scrape_errors.items():
                 if instance in self._added:  # a target that left takes its key with it
                     self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
             for url in reads:
-                if _instance(url) not in partial.unread:  # a phase's window, read after its step's, ends earlier
-                    instance = _instance(url)
+                instance = _instance(url)
+                # a phase's window, read after its step's, ends earlier; a window begun before the agent had the
+                # target is unread for it, since the reading before it
+                if instance not in partial.unread and not self._handed_after(instance, window):
                     self._last_read[instance] = max(window.end, self._last_read.get(instance, -math.inf))
         missed = [url for url in targets if url not in read]  # no agent (yet), or its agent did not answer
         with self._lock:
@@ -334,15 +382,16 @@ class NodeAgents:
             ]
             self._unread_now = [target.instance for target in report.unread]
             self._reporter.publish(report)
-            for agent in dead:
-                if self._agents.get(agent.node_id) is agent:
-                    del self._agents[agent.node_id]
-                    self._end(agent)
-                    self._lost = True
-            if self._lost and not self._closed:
-                self._lost = False
-                self._place()  # a new agent on each lost agent's node while that node lives, else elsewhere
+        self._replace(dead, f"step {window.step}: its partial failed")
         return infra_scope(metrics)
+
+    def _handed_after(self, instance: str, window: StepWindow) -> bool:
+        """Whether ``window`` began while ``instance`` was a target, before its agent was given it: that agent's
+        partial holds what it counted from its first reading on, not from the window's start."""
+        start = window.start
+        if start is None:
+            return False
+        return self._added.get(instance, math.inf) <= start < self._handed.get(instance, -math.inf)
 
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) unread at the latest window's end (before the first: whose first reading
@@ -359,6 +408,8 @@ class NodeAgents:
         self._boundaries.put(None)
         if self._teller is not None:
             self._teller.join(timeout=10)
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
         for agent in agents:
             self._end(agent)
         if self._joined:

@@ -3,7 +3,7 @@
 A background sampler thread scrapes every target at each step boundary (as soon as the trainer signals it) and every
 ``sample_interval_s`` in between. Each scrape of a target is kept as a reading with the times its request went out and
 its answer came (:mod:`otel_bridge.producers.scrape._internal.readings`), and one reading of each target stands for
-each boundary: the first one sent at or after it (the run's first boundary: the last one answered before it). A
+each boundary: the first one sent at or after it (the exceptions for a window's start are in that module). A
 window ``(start, end]`` takes its baseline from the reading standing for ``start`` and its last sample from the one
 standing for ``end``, like Prometheus' samples, and computes its statistics with the same code as the PromQL path
 (:mod:`otel_bridge.producers.statistics`). Every series gets an ``instance`` label (``host:port`` of its target), as
@@ -148,8 +148,10 @@ class ScrapeProducer:
 
         ``since``: when a new target (by URL) became a target of the run, where another reader was told of it
         before this one (a node agent replacing one that died, or a target moving node): every boundary from then on
-        is the target's, and it is unread at those before this reader's first reading of it. By default a new target
-        is one from now on."""
+        is the target's (a window ending there waits for its reading, and names it unread until one came), and one
+        before this reader's first reading of it is stood for by that reading, late by as much as ``boundary_lag_s``
+        says (the node agents' owner names the target unread in a window that began before the reader had it). By
+        default a new target is one from now on."""
         urls = [target_url(t) for t in targets]
         for host in filter(None, map(_credentials_host, urls)):  # never echoed: logged by host only
             self._warn.warning(

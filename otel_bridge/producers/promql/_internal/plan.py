@@ -7,8 +7,9 @@ source shares are written here:
 
 - a gauge statistic: ``sum by (...) (max_over_time(x[<window>]))``, as Prometheus computes it; a gauge's idle
   seconds: ``sum by (...) (<window seconds> * (1 - avg_over_time(x[<window>]) / <full scale>))`` (for a count with
-  ``busy_at``, ``clamp(x, 0, <busy_at>)[<window>:<scrape interval>]``, each value held to it), as
-  :func:`~otel_bridge.producers.statistics.idle_seconds` computes it;
+  ``busy_at``, ``clamp(x, 0, <busy_at>)[<window>:<scrape interval>]``, each value held to it): the figure of
+  :func:`~otel_bridge.producers.statistics.idle_seconds` with every sample weighed alike (docs/step-numbers.md, idle
+  rollout servers, says how far the two may differ);
 - a raw PromQL expression, as written;
 - the targets whose scrapes failed during the window (Prometheus' own ``up``), and those whose last scrape before the
   window's end failed (``unread``: Prometheus has no reading of them at the end);

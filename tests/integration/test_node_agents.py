@@ -41,8 +41,10 @@ Checked, per replica (the metric is grouped by ``instance``), with tolerances fr
   what they counted between the dead agent's last reading and the new agent's first one is in no step, so their sum
   is the truth less at most what they completed from the start of the first step naming them unread to the end of
   the last one;
-- the killed agent was replaced on its node, and its targets were named unread while it was; once its node left,
-  they were read by the other nodes' agents;
+- the killed agent was replaced on its node as soon as Ray reported its death (the run waits for the record before
+  the kill, so no window asks the agents meanwhile, and then for the replacement to start), and its targets were
+  named unread while it was, the step it was killed in included, which the replacement read only from its first
+  reading on; once its node left, they were read by the other nodes' agents;
 - the restarted replica is named unread and its failed scrapes counted (``otel_bridge/scrape_errors``) by both
   bridges, and its run's sum is the truth less what it completed after the bridge's last reading of it before it went
   down (lost to every observer, as in ``tests/integration/test_boundary_truth.py``'s outage case);
@@ -200,6 +202,8 @@ def run(out: Path, to_test: int, to_run: int) -> None:
                 ray.kill(handle)
                 killed = {"node": node_id, "targets": urls, "at": time.time()}
                 killed["replaced_after_s"] = replaced_after(agents, node_id, handle)
+                if killed["replaced_after_s"] is not None:  # its replacement reads within this step
+                    ray.get(agents._agents[node_id].ready, timeout=REPLACED_WITHIN_S)
                 # The PromQL path's agent of the same node reads the same replicas (the placement is a function of
                 # the targets and the alive nodes): its process dies.
                 of_promql = [a for a in node_agents_of_others() if a["Address"]["NodeID"] == node_id]
@@ -484,6 +488,16 @@ def test_a_dead_agent_is_replaced_as_soon_as_ray_reports_its_death(outcome: dict
     step later."""
     replaced = outcome["killed"]["replaced_after_s"]
     assert replaced is not None, f"the killed agent was not replaced within {REPLACED_WITHIN_S}s without a window"
+
+
+def test_a_replacement_names_its_targets_unread_in_the_window_it_did_not_read_whole(outcome: dict[str, Any]) -> None:
+    """The step in which the agent was killed began before its replacement existed: the replacement (started and
+    answering within that step) read its targets late, from its first reading on, and the step names them unread
+    rather than passing what they counted from that reading on for the whole step."""
+    step = next(r for r in outcome["records"]["agents"] if r["step"] == KILL_AFTER)
+    assert step["start"] < outcome["killed"]["at"]
+    unnamed = sorted(h for h in killed_of(outcome) if unread_key(h) not in step["values"])
+    assert not unnamed, f"step {KILL_AFTER} does not name {unnamed} unread; their agent was killed in it"
 
 
 def test_a_leaving_nodes_targets_move_to_the_other_nodes(outcome: dict[str, Any]) -> None:

@@ -130,6 +130,8 @@ class NodeAgents:
         self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
         self._teller: threading.Thread | None = None
         self._watcher: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._seen: set[Any] = set()  # the watch calls found ended (their agents are ended, or left to the next window)
         self._closed = False
         self._ray: Any = None
         self._actor: Any = None
@@ -244,18 +246,24 @@ class NodeAgents:
             _log.debug("ending node agent %s: %s", agent.node_id, exc)
 
     def _watch(self) -> None:
-        """Replace each agent that dies as soon as Ray reports it (its ``watch`` call fails), not at the next window."""
+        """Replace each agent that dies after it started as soon as Ray reports it (its ``watch`` call fails), not at
+        the next window. One whose start failed is placed again at the next window, as before its first: an agent
+        that cannot start on a node (otel-bridge not importable there) is not spawned again and again meanwhile."""
         while True:
             with self._lock:
                 if self._closed:
                     return
-                watched = {agent.watch: agent for agent in self._agents.values()}
+                self._seen &= {agent.watch for agent in self._agents.values()}
+                watched = {agent.watch: agent for agent in self._agents.values() if agent.watch not in self._seen}
             if not watched:
-                time.sleep(_WATCH_PERIOD_S)  # the targets are all gone: agents come back with set_targets
+                self._stopping.wait(_WATCH_PERIOD_S)  # every agent's death seen, or no agent: new ones come by _place
                 continue
             done, _ = self._ray.wait(list(watched), num_returns=1, timeout=_WATCH_PERIOD_S)
             for ref in done:
                 agent = watched[ref]
+                self._seen.add(ref)
+                if not self._started(agent):  # a start that failed: ended, and placed again at the next window
+                    continue
                 try:
                     self._ray.get(ref)
                     why = "its watch returned"  # only close() ends it, and then the agent is no longer current
@@ -405,6 +413,7 @@ class NodeAgents:
             self._closed = True
             agents = list(self._agents.values())
             self._agents.clear()
+        self._stopping.set()
         self._boundaries.put(None)
         if self._teller is not None:
             self._teller.join(timeout=10)

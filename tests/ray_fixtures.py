@@ -132,9 +132,10 @@ def ray_cluster() -> Iterator[RayCluster]:
 
 
 @contextmanager
-def multi_node_cluster(nodes: int, temp_dir: Path) -> Iterator[Any]:
+def multi_node_cluster(nodes: int, temp_dir: Path, *, connect: bool = True) -> Iterator[Any]:
     """A Ray cluster of ``nodes`` nodes on this machine (``ray.cluster_utils.Cluster``: a head with one CPU, the others
-    with none, 80 MB of object store each), this process connected to it as its driver; shut down on exit.
+    with none, 80 MB of object store each), this process connected to it as its driver (``connect=False``: the caller
+    connects, ``ray.init(address=cluster.address)``); shut down on exit.
 
     One process holds one Ray: call this where Ray is not initialised yet (a child process when the session's
     :func:`ray_cluster` may be up). Its files, the address file Ray writes for ``address='auto'`` included, go under
@@ -158,7 +159,8 @@ def multi_node_cluster(nodes: int, temp_dir: Path) -> Iterator[Any]:
         for _ in range(nodes - 1):
             cluster.add_node(num_cpus=0, object_store_memory=store)
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        if connect:
+            ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         yield cluster
     finally:
         ray.shutdown()

@@ -3,20 +3,20 @@ both paths, against the simulators' truth, on a saturated machine.
 
 Three Ray nodes (``ray.cluster_utils.Cluster``: a head with one CPU and two nodes with none; the agents take none)
 and six simulated vLLM replicas on 127.0.0.1, which the placement spreads over the three nodes (they are one
-machine), scraped by a real Prometheus (Debian's 2.42) every second. Requests finish on every replica across the step
+machine; a replica is swapped for one on another port until every node has some: :func:`spread_over_the_nodes`),
+scraped by a real Prometheus (Debian's 2.42) every second. Requests finish on every replica across the step
 boundaries (:class:`tests.helpers.traffic.Traffic`); three bridges read the same replicas over the same contiguous
 steps: the scrape path through the node agents (``agents``), the scrape path through the trainer
 (``scrape.readers: trainer``, the reference), and the PromQL path (``promql``) with ``prometheus.boundary: auto`` and
 ``boundary_max_targets`` below the six targets Prometheus lists: on Ray, node agents take its boundary readings (owned
 by its child process, which joins the cluster as a driver of its own) and the limit does not apply, so its counters
-are exact as well, while Prometheus still serves its gauge. The same PromQL config without Ray (before the cluster
-starts) bounds its windows by Prometheus' samples, as the limit says. After the third step the scrape path's agent of
-one node (not the trainer's) is killed (``ray.kill``), and so is the PromQL path's agent of that node (its process,
-``SIGKILL``): their replicas are unread (named in every record) until the agents that replace them read them; after
-the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes (the same
-machine) read them. After the fifth step a
-replica of another node goes down (its port refuses connections) for three steps and comes back as a new process
-counting from zero, as a real vLLM restart does.
+are exact as well, while Prometheus still serves its gauge. The same PromQL config without Ray (before this process
+connects to the cluster) bounds its windows by Prometheus' samples, as the limit says. After the third step the scrape
+path's agent of one node (not the trainer's) is killed (``ray.kill``), and so is the PromQL path's agent of that node
+(its process, ``SIGKILL``): their replicas are unread (named in every record) until the agents that replace them read
+them; after the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes
+(the same machine) read them. After the fifth step a replica of another node goes down (its port refuses connections)
+for three steps and comes back as a new process counting from zero, as a real vLLM restart does.
 
 Every step runs on a saturated machine (:class:`tests.helpers.cpu_load.CPULoad`: a CPU-bound process on every core,
 as on a trainer node), from just before the first boundary until the three bridges are closed: every boundary,
@@ -78,6 +78,7 @@ from typing import Any
 
 import pytest
 
+from otel_bridge.producers.scrape._internal.placement import assign_targets
 from tests.helpers.cpu_load import CPULoad
 from tests.helpers.prometheus_server import PrometheusServer
 from tests.plugins import tiers
@@ -159,13 +160,15 @@ def run(out: Path, to_test: int, to_run: int) -> None:
     traffic: Any = None
     try:
         replicas = [Replica() for _ in range(REPLICAS)]
+        cluster = stack.enter_context(multi_node_cluster(3, temp, connect=False))
+        spread_over_the_nodes(cluster, replicas)
         targets = [r.url for r in replicas]
         prometheus = stack.enter_context(PrometheusServer(temp / "prometheus", [r.hostport for r in replicas]))
         prometheus.wait_for_samples("vllm:generation_tokens_total", count=1)
         alone = Bridge.from_config(promql_config(prometheus.url, "without-ray", temp / "runs"))
         without_ray = alone._producers[0].boundary  # Ray not initialised here yet: the trainer reads, within the limit
         alone.close()
-        cluster = stack.enter_context(multi_node_cluster(3, temp))
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         for name, readers in (("agents", "node_agents"), ("trainer", "trainer")):
             config = {
                 "metrics": METRICS,
@@ -251,6 +254,27 @@ def run(out: Path, to_test: int, to_run: int) -> None:
         for replica in replicas:
             replica.stop()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def spread_over_the_nodes(cluster: Any, replicas: list[Any]) -> None:
+    """Swap replicas (a new one on another port) until the placement gives every node of ``cluster`` some: the run
+    kills the agent of a node that is not the trainer's and takes down a replica of another node, whichever node the
+    driver attaches to. The placement hashes node ids, which are new in every cluster, so six replicas leave a node
+    without any in about a quarter of the clusters, and all on one node in 1 of 243."""
+    from tests.conftest import Replica
+
+    nodes = [
+        {"NodeID": n.node_id, "NodeManagerAddress": n.node_ip_address, "Alive": True} for n in cluster.list_all_nodes()
+    ]
+    for _ in range(100):
+        assigned = assign_targets([r.url for r in replicas], nodes, nodes[0]["NodeID"])
+        if len(assigned) == len(nodes):
+            return
+        crowded = max(assigned.values(), key=len)
+        index = next(i for i, r in enumerate(replicas) if r.url == crowded[0])
+        replicas[index].stop()
+        replicas[index] = Replica()
+    raise RuntimeError(f"no placement of {len(replicas)} replicas over {len(nodes)} nodes used them all")
 
 
 def replaced_after(agents: Any, node_id: str, killed: Any) -> float | None:
@@ -400,7 +424,7 @@ def value_of(record: dict[str, Any], hostport: str) -> float | None:
 
 def test_the_agents_read_every_node(outcome: dict[str, Any]) -> None:
     before = outcome["before"]
-    assert len(before) >= 2, f"six loopback replicas spread over the three nodes of one machine: {before}"
+    assert len(before) == 3, f"six loopback replicas spread over the three nodes of one machine: {before}"
     assert sorted(t for urls in before.values() for t in urls) == sorted(
         f"http://{h}/metrics" for h in outcome["hostports"]
     )

@@ -1,25 +1,26 @@
 """Boundary readings taken by node agents (``scrape.readers``) on a real three-node Ray cluster on this machine, on
 both paths, against the simulators' truth, on a saturated machine.
 
-Three Ray nodes (``ray.cluster_utils.Cluster``: a head with one CPU and two nodes with none; the agents take none)
-and six simulated vLLM replicas on 127.0.0.1, which the placement spreads over the three nodes (they are one
-machine; a replica is swapped for one on another port until every node has some: :func:`spread_over_the_nodes`),
-scraped by a real Prometheus (Debian's 2.42) every second. Requests finish on every replica across the step
-boundaries (:class:`tests.helpers.traffic.Traffic`); three bridges read the same replicas over the same contiguous
-steps: the scrape path through the node agents (``agents``), the scrape path through the trainer
-(``scrape.readers: trainer``, the reference), and the PromQL path (``promql``) with ``prometheus.boundary: auto`` and
-``boundary_max_targets`` below the six targets Prometheus lists: on Ray, node agents take its boundary readings (owned
-by its child process, which joins the cluster as a driver of its own) and the limit does not apply, so its counters
-are exact as well, while Prometheus still serves its gauge. The same PromQL config without Ray (before this process
-connects to the cluster) bounds its windows by Prometheus' samples, as the limit says. After the third step the scrape
-path's agent of one node (not the trainer's) is killed (``ray.kill``), and so is the PromQL path's agent of that node
-(its process, ``SIGKILL``): their replicas are unread (named in every record) until the agents that replace them read
-them; after the ninth that node leaves the cluster, and its replicas are unread until the agents of the other two nodes
-(the same machine) read them. After the fifth step a replica of another node goes down (its port refuses connections)
-for three steps and comes back as a new process counting from zero, as a real vLLM restart does.
+Three Ray nodes (``ray.cluster_utils.Cluster``: a head with one CPU and two nodes with none; the agents take none) and
+six simulated vLLM replicas on 127.0.0.1, which the placement spreads over the three nodes (they are one machine; a
+replica is swapped for one on another port until every node has some: :func:`spread_over_the_nodes`), scraped by two
+real Prometheus servers (Debian's 2.42 and 3.16) every second. Requests finish on every replica across the step
+boundaries (:class:`tests.helpers.traffic.Traffic`); four bridges read the same replicas over the same contiguous steps:
+the scrape path through the node agents (``agents``), the scrape path through the trainer (``scrape.readers: trainer``,
+the reference), and the PromQL path on each Prometheus (``promql``, ``promql-3.16``) with ``prometheus.boundary: auto``
+and ``boundary_max_targets`` below the six targets Prometheus lists: on Ray, node agents take its boundary readings
+(owned by its child process, which joins the cluster as a driver of its own) and the limit does not apply, so its
+counters are exact as well, while Prometheus still serves its gauge. The same PromQL config without Ray (before this
+process connects to the cluster) bounds its windows by Prometheus' samples, as the limit says. After the third step the
+scrape path's agent of one node (not the trainer's) is killed (``ray.kill``), and so is the PromQL path's agent of that
+node (its process, ``SIGKILL``; each PromQL bridge's): their replicas are unread (named in every record) until the
+agents that replace them read them; after the ninth that node leaves the cluster, and its replicas are unread until the
+agents of the other two nodes (the same machine) read them. After the fifth step a replica of another node goes down
+(its port refuses connections) for three steps and comes back as a new process counting from zero, as a real vLLM
+restart does.
 
 Every step runs on a saturated machine (:class:`tests.helpers.cpu_load.CPULoad`: a CPU-bound process on every core,
-as on a trainer node), from just before the first boundary until the three bridges are closed: every boundary,
+as on a trainer node), from just before the first boundary until the four bridges are closed: every boundary,
 reading, merge, fault and replacement above happens with every core busy. The load starts once the servers answer
 (the replicas, Prometheus' first samples, the cluster and the bridges' start), as the saturated cases of
 ``tests/integration/test_boundary_truth.py`` do, and the steps are the only part that runs under it. There is no calm
@@ -106,6 +107,7 @@ UNREAD_PREFIX = "otel_bridge/unread_s/instance."  # then host_port
 METRICS = [{"name": "vllm:generation_tokens_total", "type": "counter", "stats": ["delta"], "by": ["instance"]}]
 GAUGE = {"name": "vllm:num_requests_running", "type": "gauge", "stats": ["max"]}  # the PromQL path's, from Prometheus
 GAUGE_KEY = "rollout/vllm/num_requests_running/max"
+PROMQL = {"promql": "2.42", "promql-3.16": "3.16"}  # a PromQL bridge per Prometheus version, on the same run
 BOUNDARY_MAX_TARGETS = 2  # below the replicas Prometheus lists: one process' reach
 RUN_TIMEOUT_S = 300
 REPLACED_WITHIN_S = 20.0  # Ray reports an actor's death to its owner within a second or two on the loaded machine
@@ -141,7 +143,7 @@ def node_agents_of_others() -> list[dict[str, Any]]:
 
 
 def run(out: Path, to_test: int, to_run: int) -> None:
-    """The run (in a child process): cluster, replicas, traffic, three bridges, the faults; the outcome into ``out``.
+    """The run (in a child process): cluster, replicas, traffic, four bridges, the faults; the outcome into ``out``.
     Once the bridges are started it writes :data:`READY` to the pipe ``to_test`` and waits for :data:`LOADED` on
     ``to_run`` (the machine is saturated); it writes :data:`CLOSED` once the bridges are closed."""
     import ray
@@ -163,11 +165,17 @@ def run(out: Path, to_test: int, to_run: int) -> None:
         cluster = stack.enter_context(multi_node_cluster(3, temp, connect=False))
         spread_over_the_nodes(cluster, replicas)
         targets = [r.url for r in replicas]
-        prometheus = stack.enter_context(PrometheusServer(temp / "prometheus", [r.hostport for r in replicas]))
-        prometheus.wait_for_samples("vllm:generation_tokens_total", count=1)
-        alone = Bridge.from_config(promql_config(prometheus.url, "without-ray", temp / "runs"))
-        without_ray = alone._producers[0].boundary  # Ray not initialised here yet: the trainer reads, within the limit
-        alone.close()
+        stores = {
+            name: stack.enter_context(PrometheusServer(temp / name, [r.hostport for r in replicas], version=version))
+            for name, version in PROMQL.items()
+        }
+        without_ray = {}
+        for name, store in stores.items():
+            store.wait_for_samples("vllm:generation_tokens_total", count=1)
+            alone = Bridge.from_config(promql_config(store.url, f"without-ray-{name}", temp / "runs"))
+            without_ray[name] = alone._producers[0].boundary  # Ray not initialised here yet: the trainer reads
+            alone.close()
+        prometheus = stores["promql"]
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         for name, readers in (("agents", "node_agents"), ("trainer", "trainer")):
             config = {
@@ -176,9 +184,10 @@ def run(out: Path, to_test: int, to_run: int) -> None:
                 "scrape": {"targets": targets, "sample_interval_s": 0.25, "readers": readers, "isolation": "thread"},
             }
             bridges.append(Bridge.from_config(config))
-        bridges.append(Bridge.from_config(promql_config(prometheus.url, "promql", temp / "runs")))
+        for name, store in stores.items():
+            bridges.append(Bridge.from_config(promql_config(store.url, name, temp / "runs")))
         agents = bridges[0]._producers[0]
-        promql_boundary = bridges[2]._producers[0].boundary
+        promql_boundary = {name: b._producers[0].boundary for name, b in zip(PROMQL, bridges[2:], strict=True)}
         before = agents.assignment()
         os.write(to_test, READY)
         if os.read(to_run, 1) != LOADED:
@@ -240,7 +249,7 @@ def run(out: Path, to_test: int, to_run: int) -> None:
                     for r in (bridge.record(step) for step in range(1, STEPS + 1))
                     if r is not None
                 ]
-                for name, bridge in zip(("agents", "trainer", "promql"), bridges, strict=True)
+                for name, bridge in zip(("agents", "trainer", *PROMQL), bridges, strict=True)
             },
         }
         outcome["orphans"] = agents_after_their_trainer(cluster.address, targets, prometheus.url, temp)
@@ -545,7 +554,7 @@ def test_agents_end_with_their_trainer(outcome: dict[str, Any]) -> None:
 
 
 def test_a_restart_is_named_and_counted(outcome: dict[str, Any]) -> None:
-    """Both bridges name the replica that went down unread, count its failed scrapes, and count the new process from
+    """Every bridge names the replica that went down unread, counts its failed scrapes, and counts the new process from
     zero: the run's sum is the truth less what it completed after the last reading before it went down."""
     replica, down = outcome["outage"]["replica"], outcome["outage"]["down"]
     hostport = outcome["hostports"][replica]
@@ -566,8 +575,9 @@ def test_the_promql_path_reads_its_boundaries_through_node_agents(outcome: dict[
     """With ``boundary: auto`` and more targets than ``boundary_max_targets``, the PromQL path's windows are bounded
     by Prometheus' samples without Ray and by its node agents' boundary readings on the cluster (its counters checked
     exact above); its gauge still comes from Prometheus, and its agent of the killed node was killed."""
-    assert outcome["without_ray"] == "samples"
-    assert outcome["promql_boundary"] == "scrape"
-    assert outcome["killed"]["promql_pids"], "no PromQL agent ran on the node whose agents were killed"
-    records = outcome["records"]["promql"]
-    assert any(GAUGE_KEY in r["values"] for r in records), f"no {GAUGE_KEY} from Prometheus in any step"
+    assert outcome["without_ray"] == dict.fromkeys(PROMQL, "samples")
+    assert outcome["promql_boundary"] == dict.fromkeys(PROMQL, "scrape")
+    assert len(outcome["killed"]["promql_pids"]) == len(PROMQL), "a PromQL child ran no agent on the killed node"
+    for name in PROMQL:
+        records = outcome["records"][name]
+        assert any(GAUGE_KEY in r["values"] for r in records), f"{name}: no {GAUGE_KEY} from Prometheus in any step"

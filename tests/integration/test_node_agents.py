@@ -43,9 +43,9 @@ Checked, per replica (the metric is grouped by ``instance``), with tolerances fr
   is the truth less at most what they completed from the start of the first step naming them unread to the end of
   the last one;
 - the killed agent was replaced on its node as soon as Ray reported its death (the run waits for the record before
-  the kill, so no window asks the agents meanwhile, and then for the replacement to start), and its targets were
-  named unread while it was, the step it was killed in included, which the replacement read only from its first
-  reading on; once its node left, they were read by the other nodes' agents;
+  the kill, so no window asks the agents meanwhile), and its targets were named unread while it was, the step it was
+  killed in included, and the next one, begun at once while the replacement was starting: the replacement read both
+  only from its first reading on; once its node left, they were read by the other nodes' agents;
 - the restarted replica is named unread and its failed scrapes counted (``otel_bridge/scrape_errors``) by both
   bridges, and its run's sum is the truth less what it completed after the bridge's last reading of it before it went
   down (lost to every observer, as in ``tests/integration/test_boundary_truth.py``'s outage case);
@@ -199,23 +199,30 @@ def run(out: Path, to_test: int, to_run: int) -> None:
         killed: dict[str, Any] = {}
         outage: dict[str, Any] = {}
         down = -1
+        starting: Any = None  # the killed agent's replacement's start, while the step after the kill begins
         for step in range(1, STEPS + 1):
-            time.sleep(STEP_S)
+            if starting is None:
+                time.sleep(STEP_S)
+            else:  # this step begins at once, while the replacement is still starting (a new Ray worker: seconds)
+                killed["begun_while_starting"] = not ray.wait([starting], timeout=0)[0]
             if step == STEPS:
                 traffic.stop()
                 time.sleep(0.3)  # the run's last boundary is quiet
             for bridge in bridges:
                 bridge.log({}, step=step)
+            if starting is not None:
+                ray.get(starting, timeout=REPLACED_WITHIN_S)
+                starting = None
             if step == KILL_AFTER:
-                bridges[0].collect(step - 1)  # no window asks the agents while one dies: only its death is seen
+                bridges[0].collect(step)  # the step that ended here is delivered: no window asks the agents now
                 driver = ray.get_runtime_context().get_node_id()
                 node_id, urls = next((n, u) for n, u in sorted(agents.assignment().items()) if n != driver)
                 handle = agents._agents[node_id].handle
                 ray.kill(handle)
                 killed = {"node": node_id, "targets": urls, "at": time.time()}
                 killed["replaced_after_s"] = replaced_after(agents, node_id, handle)
-                if killed["replaced_after_s"] is not None:  # its replacement reads within this step
-                    ray.get(agents._agents[node_id].ready, timeout=REPLACED_WITHIN_S)
+                if killed["replaced_after_s"] is not None:
+                    starting = agents._agents[node_id].ready
                 # The PromQL path's agent of the same node reads the same replicas (the placement is a function of
                 # the targets and the alive nodes): its process dies.
                 of_promql = [a for a in node_agents_of_others() if a["Address"]["NodeID"] == node_id]
@@ -523,14 +530,18 @@ def test_a_dead_agent_is_replaced_as_soon_as_ray_reports_its_death(outcome: dict
     assert replaced is not None, f"the killed agent was not replaced within {REPLACED_WITHIN_S}s without a window"
 
 
-def test_a_replacement_names_its_targets_unread_in_the_window_it_did_not_read_whole(outcome: dict[str, Any]) -> None:
-    """The step in which the agent was killed began before its replacement existed: the replacement (started and
-    answering within that step) read its targets late, from its first reading on, and the step names them unread
-    rather than passing what they counted from that reading on for the whole step."""
-    step = next(r for r in outcome["records"]["agents"] if r["step"] == KILL_AFTER)
-    assert step["start"] < outcome["killed"]["at"]
-    unnamed = sorted(h for h in killed_of(outcome) if unread_key(h) not in step["values"])
-    assert not unnamed, f"step {KILL_AFTER} does not name {unnamed} unread; their agent was killed in it"
+def test_a_replacement_names_its_targets_unread_in_the_windows_it_did_not_read_whole(outcome: dict[str, Any]) -> None:
+    """The step in which the agent was killed began before its replacement existed, and the next one after the
+    replacement was placed but before it started (it began at once): the replacement read their targets late, from its
+    first reading on, and both steps name them unread rather than passing what they counted from that reading on for
+    the whole step."""
+    killed = outcome["killed"]
+    assert killed["begun_while_starting"], "the replacement had started before the next step began: nothing checked"
+    steps = {r["step"]: r for r in outcome["records"]["agents"]}
+    assert steps[KILL_AFTER + 1]["start"] < killed["at"] < steps[KILL_AFTER + 1]["end"]
+    for step in (KILL_AFTER + 1, KILL_AFTER + 2):  # log(step) ends the step's window
+        unnamed = sorted(h for h in killed_of(outcome) if unread_key(h) not in steps[step]["values"])
+        assert not unnamed, f"step {step} does not name {unnamed} unread; their replacement did not read it whole"
 
 
 def test_a_leaving_nodes_targets_move_to_the_other_nodes(outcome: dict[str, Any]) -> None:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from otel_bridge.health import SCRAPE_ERRORS, Health
 from otel_bridge.producers.metric_set import MetricQuery
@@ -50,6 +52,8 @@ class NodeAgent:
         self._lock = threading.Lock()
         self._errors_sent: dict[str, float] = {}  # instance -> failed scrapes told to the trainer
         self._closed = threading.Event()
+        self._given: dict[str, tuple[float, float]] = {}
+        self._take(targets)
 
     def start(self) -> list[str]:
         """Scrape the targets once and start sampling (the trainer waits for it); answers the targets (``host:port``)
@@ -70,12 +74,34 @@ class NodeAgent:
     def set_targets(self, targets: Mapping[str, float]) -> None:
         """Read these targets (URL -> since when each is a target of the run) from the next round on: a target new to
         this agent is unread at the boundaries since then until its first reading here."""
+        self._take(targets)
         self._producer.set_targets(list(targets), targets)
 
+    def _take(self, targets: Mapping[str, float]) -> None:
+        """Note when this agent was given each of ``targets`` (by its own clock) beside when it became a target of the
+        run, keeping both for those it had already."""
+        now = time.time()
+        with self._lock:
+            self._given = {
+                (instance := urlsplit(url).netloc): self._given.get(instance, (since, now))
+                for url, since in targets.items()
+            }
+
     def partial(self, window: StepWindow, timeout_millis: float) -> WindowPartial:
-        """The node's partial of ``window``, within ``timeout_millis`` (a target not read by then is unread)."""
+        """The node's partial of ``window``, within ``timeout_millis`` (a target not read by then is unread).
+
+        A target is also unread in a window that began while it was a target of the run but before this agent had it
+        (it replaces an agent that died, or the target moved node): that window's start was read by no agent of the
+        run, and this agent's first reading, standing for it, holds only what was counted from then on."""
         partial = self._producer.partial(window, timeout_millis, reader=f"the node agent of {self._node}")
-        return replace(partial, scrape_errors=self._new_errors())
+        start = window.start
+        with self._lock:
+            missed = {
+                instance: window.end - since
+                for instance, (since, given) in self._given.items()
+                if start is not None and since <= start < given
+            }
+        return replace(partial, unread={**missed, **partial.unread}, scrape_errors=self._new_errors())
 
     def _new_errors(self) -> dict[str, float]:
         """The failed scrapes of each target since the previous partial (only the targets with any)."""

@@ -21,7 +21,8 @@ What crosses the network per window grows with nodes x configured metrics x labe
   as Ray reports its death to this process (a call of the agent's that lasts its lifetime fails then), without
   waiting for a window to ask it; its targets are unread (``otel_bridge/unread_s/instance.<host:port>``) in every
   window its replacement could not read whole: each that ended before the replacement answered, and each that began
-  before the replacement was given them (their readings at its start died with the old agent). What they counted
+  before the replacement had them (their readings at its start died with the old agent: the agent names them,
+  :class:`~otel_bridge.producers.scrape.agent.NodeAgent`). What they counted
   between the dead agent's last window and the new agent's first reading is in no step, and those records say from
   when. The same holds for a target handed to another agent (its node left, or it moved). An agent that does not
   answer within the window's budget leaves its targets unread in that window only.
@@ -125,7 +126,6 @@ class NodeAgents:
         self._lost = False  # an agent is gone: place the targets again
         self._added: dict[str, float] = {}  # instance -> when it became a target
         self._last_read: dict[str, float] = {}  # instance -> the latest window end it was read at
-        self._handed: dict[str, float] = {}  # instance -> when its agent was given it (its boundaries before: unread)
         self._unread_now: list[str] = []
         self._boundaries: queue.SimpleQueue[float | None] = queue.SimpleQueue()
         self._teller: threading.Thread | None = None
@@ -215,9 +215,6 @@ class NodeAgents:
         for node_id, urls in assignment.items():
             since = {url: self._added[_instance(url)] for url in urls}  # unread there until the agent reads them
             agent = self._agents.get(node_id)
-            given = set(urls) if agent is None else set(urls) - set(agent.targets)
-            for url in given:  # this agent reads none of their boundaries before now
-                self._handed[_instance(url)] = now
             if agent is None:
                 self._agents[node_id] = self._spawn(node_id, since)
             elif agent.targets != urls:
@@ -317,7 +314,6 @@ class NodeAgents:
             for instance in [i for i in self._added if i not in current]:
                 del self._added[instance]
                 self._last_read.pop(instance, None)
-                self._handed.pop(instance, None)
                 self._reporter.forget(instance)
                 self._health.forget(SCRAPE_ERRORS, {"instance": instance})
             if self._ray is not None:
@@ -348,15 +344,14 @@ class NodeAgents:
                 self._warn.error(f"agent-error:{agent.node_id}", "node agent of %s failed: %s", agent.node_id, exc)
                 continue
             partials.append(partial)
-            read.update(url for url in reads if not self._handed_after(_instance(url), window))
+            read.update(reads)
             for instance, failed in partial.scrape_errors.items():
                 if instance in self._added:  # a target that left takes its key with it
                     self._health.count(SCRAPE_ERRORS, failed, labels={"instance": instance})
-            for url in reads:
-                instance = _instance(url)
-                # a phase's window, read after its step's, ends earlier; a window begun before the agent had the
-                # target is unread for it, since the reading before it
-                if instance not in partial.unread and not self._handed_after(instance, window):
+            for instance in map(_instance, reads):
+                # a phase's window, read after its step's, ends earlier; one the agent could not read whole (it
+                # began before the agent had the target) is unread since the last one read
+                if instance not in partial.unread:
                     self._last_read[instance] = max(window.end, self._last_read.get(instance, -math.inf))
         missed = [url for url in targets if url not in read]  # no agent (yet), or its agent did not answer
         with self._lock:
@@ -392,14 +387,6 @@ class NodeAgents:
             self._reporter.publish(report)
         self._replace(dead, f"step {window.step}: its partial failed")
         return infra_scope(metrics)
-
-    def _handed_after(self, instance: str, window: StepWindow) -> bool:
-        """Whether ``window`` began while ``instance`` was a target, before its agent was given it: that agent's
-        partial holds what it counted from its first reading on, not from the window's start."""
-        start = window.start
-        if start is None:
-            return False
-        return self._added.get(instance, math.inf) <= start < self._handed.get(instance, -math.inf)
 
     def unanswered(self) -> list[str]:
         """The targets (``host:port``) unread at the latest window's end (before the first: whose first reading

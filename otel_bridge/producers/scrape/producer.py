@@ -150,7 +150,7 @@ class ScrapeProducer:
         before this one (a node agent replacing one that died, or a target moving node): every boundary from then on
         is the target's (a window ending there waits for its reading, and names it unread until one came), and one
         before this reader's first reading of it is stood for by that reading, late by as much as ``boundary_lag_s``
-        says (the node agents' owner names the target unread in a window that began before the reader had it). By
+        says (a node agent names the target unread in a window that began before it had the target). By
         default a new target is one from now on."""
         urls = [target_url(t) for t in targets]
         for host in filter(None, map(_credentials_host, urls)):  # never echoed: logged by host only

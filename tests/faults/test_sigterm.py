@@ -49,8 +49,8 @@ TRAINER = textwrap.dedent(
     step = 0
     while True:
         with bridge.step(step):
-            bridge.log({"actor/loss": float(step)}, step=step)
             time.sleep(0.01)
+            bridge.log({"actor/loss": float(step)}, step=step)
         print(f"finished {step}", flush=True)
         step += 1
     """
@@ -109,4 +109,9 @@ def test_sigterm_mid_run_flushes_finished_steps(tmp_path: Path, mode: str) -> No
     assert jsonl_steps[: last_finished + 1] == list(range(last_finished + 1)), jsonl_steps
     assert slow_steps[: last_finished + 1] == list(range(last_finished + 1)), slow_steps
     assert len(jsonl_steps) <= last_finished + 2
-    assert all(line["actor/loss"] == float(line["step"]) for line in jsonl)
+    finished_lines, interrupted_lines = jsonl[: last_finished + 1], jsonl[last_finished + 1 :]
+    assert all(line["actor/loss"] == float(line["step"]) for line in finished_lines)
+    # the interrupted step has what was logged before the signal: its loss when log() ran first, nothing otherwise
+    for line in interrupted_lines:
+        assert any(note.startswith("interrupted:") for note in line["_notes"]), line
+        assert line.get("actor/loss", float(line["step"])) == float(line["step"]), line

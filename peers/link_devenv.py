@@ -9,7 +9,9 @@ compiled once per machine. The dependencies' console scripts (pytest, mypy, lint
 opentelemetry-instrument, ...) are written into the clone's ``bin/`` with the clone's interpreter in their ``#!``
 line (DEVENV's name the folder it was built in, and their interpreter would not see the clone's otel-bridge);
 DEVENV's executables that are not Python scripts (ruff, uv) are linked. What the clone's ``bin/`` already has of its
-own (python, pip, activate) is left as it is; what an earlier link wrote is replaced.
+own (python, activate; pip when the venv was made with it) is left as it is; what an earlier link wrote is replaced.
+A venv made without pip (``make test``'s) gets DEVENV's pip scripts, run by the clone's interpreter: they install
+into the clone's venv.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ def link(devenv: Path) -> None:
     (own_site / PTH).write_text(f"import site; site.addsitedir({str(shared)!r})\n", encoding="utf-8")
     own_bin = Path(sys.executable).parent
     for script in sorted((devenv / "venv" / "bin").iterdir()):
-        if script.name.startswith(OWN) or not script.is_file():
-            continue
         target = own_bin / script.name
+        if (script.name.startswith(OWN) and target.exists()) or not script.is_file():
+            continue
         if target.exists() or target.is_symlink():
             ours = target.is_symlink() or MARK in target.read_text(encoding="utf-8", errors="replace")[:400]
             if not ours:

@@ -9,7 +9,9 @@ after the end may hold the counters of before it; the next one was read after th
 is closed by the samples after each series' first arrival past the end (:attr:`Arrivals.closing_from`).
 
 Every wait begins once what was stamped up to the end is queryable (the store's storing delay) and ends at most two
-``prometheus.scrape_interval_s`` after the end, three for the run's last window, plus that delay.
+``prometheus.scrape_interval_s`` after the end, three for the run's last window, plus that delay. The last window reads
+the arrivals up to that bound however its wait ended: a window read after it (``close()`` called long after the last
+step) waits for nothing, and is closed as it would have been in time.
 """
 
 from __future__ import annotations
@@ -69,11 +71,14 @@ class ArrivalWait:
         stored = window.end + storing_s
         while not self._closed.is_set() and setup.clock.now() < stored:
             self._closed.wait(stored - setup.clock.now())
-        if not self._until_every_series_has_one_after(window, window.end, deadline) or not window.final:
+        self._until_every_series_has_one_after(window, window.end, deadline)
+        if not window.final or self._closed.is_set():
             return Arrivals(setup.clock.now(), window.end)
-        closing_from = self._latest_first_arrival(window) or window.end
+        # Whether or not every series had arrived by the deadline (a series that stopped has no sample coming; a wait
+        # begun after the deadline asks nothing), the others' first arrivals may hold what was read before the end.
+        closing_from = self._latest_first_arrival(window, until=deadline) or window.end
         self._until_every_series_has_one_after(window, closing_from, deadline)
-        return Arrivals(setup.clock.now(), closing_from)
+        return Arrivals(min(setup.clock.now(), deadline), closing_from)
 
     def _until_every_series_has_one_after(self, window: StepWindow, t: float, deadline: float) -> bool:
         """Wait until every series still reporting near ``window``'s end has a sample after ``t``; ``False`` when the
@@ -100,9 +105,10 @@ class ArrivalWait:
             self._closed.wait(min(_POLL_S, max(deadline - now, 0.0)) or _POLL_S)
         return False
 
-    def _latest_first_arrival(self, window: StepWindow) -> float | None:
-        """The latest, over the series, of their first sample after ``window``'s end (``None``: none is there)."""
-        now = self._setup.clock.now()
+    def _latest_first_arrival(self, window: StepWindow, *, until: float) -> float | None:
+        """The latest, over the series, of their first sample after ``window``'s end and up to ``until`` (or now, when
+        earlier); ``None``: none is there."""
+        now = min(self._setup.clock.now(), until)
         after = promql.duration(max(now - window.end, 0.001))
         resolution = promql.duration(max(self._setup.pad_s / 20, 0.001))
         firsts = " or ".join(

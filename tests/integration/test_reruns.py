@@ -95,14 +95,12 @@ def run_script(code: str, args: list[str], cwd: Path, env: dict[str, str]) -> An
 
 
 @pytest.mark.parametrize("with_file", [True, False], ids=["init-file", "no-file"])
-def test_a_rerun_with_the_same_names_gets_its_own_directory_and_tracker_runs(
-    tmp_path: Path, with_file: bool, request: pytest.FixtureRequest
-) -> None:
+def test_a_rerun_with_the_same_names_gets_its_own_directory_and_tracker_runs(tmp_path: Path, with_file: bool) -> None:
     skip_unless_installed("trackio", "mlflow", "wandb")
     env = {
         "WANDB_MODE": "offline",
         "WANDB_SILENT": "true",
-        "MLFLOW_TRACKING_URI": new_store(request.config, tmp_path / "mlflow.db"),
+        "MLFLOW_TRACKING_URI": new_store(tmp_path / "mlflow.db"),
         "TRACKIO_DIR": str(tmp_path / "trackio"),
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",

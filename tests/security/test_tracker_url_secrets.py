@@ -44,10 +44,10 @@ def _mlflow_installed() -> None:
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[int]:
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A real ``mlflow server`` on a free loopback port, its store in sqlite; stopped by PID."""
     workdir = tmp_path_factory.mktemp("mlflow-server")
-    store = new_store(pytestconfig, workdir / "mlflow.db")
+    store = new_store(workdir / "mlflow.db")
     port = free_port()
     log = (workdir / "server.log").open("wb")
     process = subprocess.Popen(

@@ -49,9 +49,9 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> str:
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One SQLite store for the module; every test uses runs of its own."""
-    return new_store(pytestconfig, tmp_path_factory.mktemp("mlflow") / "mlflow.db")
+    return new_store(tmp_path_factory.mktemp("mlflow") / "mlflow.db")
 
 
 @pytest.fixture

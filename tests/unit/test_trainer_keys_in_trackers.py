@@ -42,10 +42,10 @@ def _tensorboard_tags(logdir: Path) -> set[str]:
 
 
 def test_trainer_keys_reach_each_tracker_unchanged_or_renamed_with_a_note(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     block_network(monkeypatch)
-    tracking_uri = new_store(request.config, tmp_path / "mlflow.db")
+    tracking_uri = new_store(tmp_path / "mlflow.db")
     config = {
         "trackers": [
             {"type": "jsonl"},

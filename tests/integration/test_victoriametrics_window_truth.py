@@ -316,8 +316,14 @@ def test_pushed_series_are_read_by_arrival_and_match_the_truth(path: str, outcom
 
 
 @pytest.mark.sleeps(25, reason="pushes every second for 8 s after the end, close() called up to 8.5 s after it")
-@pytest.mark.parametrize("close_after_s", [0.0, 3 * 1.0 + VICTORIAMETRICS_FLUSH_S + 1.0], ids=["close", "late_close"])
-def test_the_runs_last_window_is_closed_by_a_push_read_after_its_end(tmp_path: Path, close_after_s: float) -> None:
+@pytest.mark.parametrize(
+    ("close_after_s", "stopping"),
+    [(0.0, False), (3 * 1.0 + VICTORIAMETRICS_FLUSH_S + 1.0, False), (0.0, True)],
+    ids=["close", "late_close", "one_stopped"],
+)
+def test_the_runs_last_window_is_closed_by_a_push_read_after_its_end(
+    tmp_path: Path, close_after_s: float, stopping: bool
+) -> None:
     """A sample pushed without a timestamp is stamped when it arrives, after its sender read it: the first to arrive
     after the run's last end may hold the counter from before that end (CI: one request and its 13 tokens lost, the
     sum said exact). The last window is closed by the series' second arrival after the end, which its sender read
@@ -327,18 +333,22 @@ def test_the_runs_last_window_is_closed_by_a_push_read_after_its_end(tmp_path: P
     ``late_close``: ``close()`` called after the arrival wait's bound (three intervals and the storing delay after the
     end; a trainer saving a checkpoint first, or the second of two bridges closed in turn) reads the same: the wait
     used to give up at once and close the window by the first arrival (CI: samples@vm of the pushed truth case, one
-    request and its 10 tokens lost)."""
+    request and its 10 tokens lost). ``one_stopped``: a second series, pushed until the end and not after, holds the
+    wait until its bound; the first is still closed by its second arrival (it used to be closed by its first)."""
     name, push_s = "vllm:generation_tokens_total", 1.0
+    second = {0.3: 3, 0.6: 4} if stopping else {}  # the second series' pushes in the window: offset, value
 
-    def push(server: VictoriaMetricsServer, value: float) -> None:
+    def push(server: VictoriaMetricsServer, value: float, instance: str = "127.0.0.1:9") -> None:
         text = f'# TYPE {name} counter\n{name}{{model_name="m"}} {value:g}\n'
-        import_text(server.url, text, job="push", instance="127.0.0.1:9")
+        import_text(server.url, text, job="push", instance=instance)
 
     with VictoriaMetricsServer(tmp_path / "vm") as server:
         for _ in range(2):
             push(server, 0)
+            if second:
+                push(server, 0, "127.0.0.1:10")
             time.sleep(push_s)  # the pusher's schedule
-        wait_for_series(server, name, replicas=1, pushed=True)
+        wait_for_series(server, name, replicas=2 if second else 1, pushed=True)
         config = {
             "metrics": [{"name": name, "type": "counter", "stats": ["delta"]}],
             "run": {"name": "pushed", "dir": str(tmp_path / "runs")},
@@ -346,11 +356,15 @@ def test_the_runs_last_window_is_closed_by_a_push_read_after_its_end(tmp_path: P
         }
         with Bridge.from_config(config) as bridge:
             push(server, 0)
+            if second:
+                push(server, 0, "127.0.0.1:10")
             bridge.begin_step(0)
             start = time.time()
             for offset, value in ((0.3, 10), (0.6, 15)):
                 sleep_until(start + offset)
                 push(server, value)
+                if second:
+                    push(server, second[offset], "127.0.0.1:10")
             sleep_until(start + 0.9)
             read_before_the_end = 20  # what the sender read here; 10 more tokens complete until the end
             sleep_until(start + 1.0)
@@ -375,7 +389,8 @@ def test_the_runs_last_window_is_closed_by_a_push_read_after_its_end(tmp_path: P
                 sending.join()
         record = bridge.record(0)
     assert record is not None
-    assert record.values["rollout/vllm/generation_tokens_total/delta"] == 30, record.values
+    # the second series' increase is read from its own samples inside the window (its last, 4), none closing it later
+    assert record.values["rollout/vllm/generation_tokens_total/delta"] == 30 + (4 if stopping else 0), record.values
     # VictoriaMetrics stamped the closing push (the first 30) between its sending and its answer (give or take the
     # store clock's measured offset, which the bridge's windows are moved by).
     assert sent[1][0] - end - 0.05 <= record.values[LAG_KEY] <= sent[1][1] - end + 0.05, (record.values, sent, end)

@@ -18,6 +18,8 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+from tests.helpers.peers import machine_cache
+
 __all__ = ["new_store"]
 
 _CREATE = "import sys; from mlflow.tracking import MlflowClient; MlflowClient(sys.argv[1]).search_experiments()"
@@ -25,7 +27,7 @@ _CREATE = "import sys; from mlflow.tracking import MlflowClient; MlflowClient(sy
 
 def _template() -> Path:
     """The store MLflow created, in the machine's cache (created here, in a process of its own, when missing)."""
-    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "otel-bridge" / "mlflow-store"
+    home = machine_cache() / "mlflow-store"
     home.mkdir(parents=True, exist_ok=True)
     template = home / f"mlflow-{version('mlflow')}.db"
     if not template.exists():

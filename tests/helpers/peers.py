@@ -24,6 +24,7 @@ __all__ = [
     "VICTORIAMETRICS",
     "VLLM",
     "Peer",
+    "machine_cache",
     "peer_binary",
     "peers_root",
 ]
@@ -53,13 +54,18 @@ UNAVAILABLE_COMPONENTS = {"processors": ("k8s_attributes",)}
 UNAVAILABLE_MODULES = ("github.com/open-telemetry/opentelemetry-collector-contrib/processor/k8sattributesprocessor",)
 
 
+def machine_cache() -> Path:
+    """otel-bridge's cache folder on this machine, shared by every clone: ``$XDG_CACHE_HOME/otel-bridge``, else
+    ``~/.cache/otel-bridge`` (the peers, mypy's cache and the tests' MLflow store live in it)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "otel-bridge"
+
+
 def peers_root() -> Path:
     """The cache folder of all peers, as ``peers/build.sh`` computes it."""
     explicit = os.environ.get("OTEL_BRIDGE_PEERS")
     if explicit:
         return Path(explicit)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "otel-bridge" / "peers"
+    return machine_cache() / "peers"
 
 
 def peer_binary(peer: Peer, binary: str) -> Path:

@@ -11,8 +11,10 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -35,8 +37,64 @@ def generate(replica: Replica, tokens: int) -> None:
     )
 
 
+class Scraped(Protocol):
+    """A target whose scrapes the test can count: a boundary's scrape of it has been made once it counted one more."""
+
+    def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None: ...
+
+
+class RefusedScrapes(logging.Handler):
+    """A target that is gone (nothing listens on its port): its scrapes are counted by the bridge's own log of each
+    refused connection, ``GET <url> failed: connection refused`` (one per scrape, relayed from the scrape process)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(logging.INFO)
+        self._line = f"GET {url} failed: connection refused"
+        self._cond = threading.Condition()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == self._line:
+            with self._cond:
+                self.count += 1
+                self._cond.notify_all()
+
+    def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.count >= count, timeout_s):
+                raise AssertionError(f"{self.count} refused scrapes, expected {count}")
+
+
+@contextmanager
+def refused_scrapes(url: str) -> Iterator[RefusedScrapes]:
+    """Counts the refused scrapes of ``url`` while the block runs (the caller sets the log level to INFO)."""
+    counter = RefusedScrapes(url)
+    transport = logging.getLogger("otel_bridge.http.transport")
+    transport.addHandler(counter)
+    try:
+        yield counter
+    finally:
+        transport.removeHandler(counter)
+
+
+class RecordedScrapes:
+    """A scripted target: its scrapes are the requests its server recorded."""
+
+    def __init__(self, server: ScriptedHTTPServer) -> None:
+        self.server = server
+
+    def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.server.requests) < count:
+            assert time.monotonic() < deadline, f"{len(self.server.requests)} scrapes, expected {count}"
+            time.sleep(0.005)
+
+
 class Loop:
-    """Runs steps: waits for the step's start-boundary scrape on the live replicas, then generates tokens."""
+    """Runs steps: waits for the step's start-boundary scrape of each target it is given, then generates tokens; and
+    for the end boundary's before the next step. A target's scrape still under way at the next boundary would serve
+    that boundary too (a boundary needs a new scrape only of a target not asked since), so each is awaited, the
+    failing ones too: every boundary then has its own scrape of every target, and their counts are exact."""
 
     def __init__(self, bridge: Bridge, collecting: BackendDouble) -> None:
         self.bridge = bridge
@@ -44,17 +102,17 @@ class Loop:
         self.boundaries = 0
         self.expected: dict[int, float] = {}
 
-    def step(self, step: int, tokens: dict[Replica, int], live: list[Replica], scraped: dict[Replica, int]) -> None:
+    def step(self, step: int, tokens: dict[Replica, int], targets: list[Scraped], scraped: dict[Scraped, int]) -> None:
         with self.bridge.step(step):
-            for replica in live:
-                scraped[replica] += 1
-                replica.wait_for_scrapes(scraped[replica])
+            for target in targets:
+                scraped[target] += 1
+                target.wait_for_scrapes(scraped[target])
             for replica, count in tokens.items():
                 generate(replica, count)
             self.bridge.log({"actor/loss": float(step)}, step=step)
-        for replica in live:  # the end boundary's scrape, before the next boundary (which it would otherwise serve too)
-            scraped[replica] += 1
-            replica.wait_for_scrapes(scraped[replica])
+        for target in targets:  # the end boundary's scrape, before the next boundary (which it would serve too)
+            scraped[target] += 1
+            target.wait_for_scrapes(scraped[target])
         self.expected[step] = float(sum(tokens.values()))
         self.bridge.collect(step)
 
@@ -67,7 +125,7 @@ def test_vllm_restart_resets_counters_without_negative_deltas(tmp_path: Path, re
     a, b = replicas
     collecting = BackendDouble()
     config = scrape_config(tmp_path, "restart", {"targets": [a.hostport, b.hostport]})
-    scraped = {a: 1, b: 1}  # the start-up scrape
+    scraped: dict[Scraped, int] = {a: 1, b: 1}  # the start-up scrape
     with Bridge.from_config(config, backends=[collecting]) as bridge:
         loop = Loop(bridge, collecting)
         for step in range(10):
@@ -88,21 +146,22 @@ def test_removed_endpoint_is_counted_and_the_other_replica_still_reported(
     a, b = replicas
     collecting = BackendDouble()
     config = scrape_config(tmp_path, "removed", {"targets": [a.hostport, b.hostport]})
-    scraped = {a: 1, b: 1}
+    scraped: dict[Scraped, int] = {a: 1, b: 1}
     steps = 10
-    with Bridge.from_config(config, backends=[collecting]) as bridge:
+    with Bridge.from_config(config, backends=[collecting]) as bridge, refused_scrapes(b.url) as gone:
         loop = Loop(bridge, collecting)
         for step in range(3):
             loop.step(step, {a: 5, b: 50}, [a, b], scraped)
         b.stop()  # the endpoint is gone for good (stale series)
+        scraped[gone] = 0
         for step in range(3, steps):
-            loop.step(step, {a: 5 + step}, [a], scraped)
+            loop.step(step, {a: 5 + step}, [a, gone], scraped)
         errors_b = bridge.health.counter(SCRAPE_ERRORS, {"instance": b.hostport})
         errors_a = bridge.health.counter(SCRAPE_ERRORS, {"instance": a.hostport})
     received = collecting.by_step()
     assert {s: received[s][DELTA] for s in range(steps)} == loop.expected
     assert errors_a == 0
-    assert errors_b == 2 * (steps - 3)  # every boundary scrape of b after it went away
+    assert errors_b == gone.count == 2 * (steps - 3)  # every boundary scrape of b after it went away
     key_b = f"{SCRAPE_ERRORS}/instance.{b.hostport.replace(':', '_')}"
     assert received[steps - 1][key_b] == errors_b
     assert sorted(received) == list(range(steps))
@@ -128,7 +187,7 @@ def test_ray_node_leaving_via_service_discovery_file(
         "ray-node",
         {"targets": "auto", "ray_service_discovery_file": str(sd_file), "refresh_interval_s": 0.1},
     )
-    scraped = {a: 1, b: 1}
+    scraped: dict[Scraped, int] = {a: 1, b: 1}
     with Bridge.from_config(config, backends=[collecting]) as bridge:
         loop = Loop(bridge, collecting)
         for step in range(3):
@@ -208,15 +267,18 @@ def test_a_malformed_redirect_does_not_stop_the_sampler(tmp_path: Path, replicas
     with ScriptedHTTPServer(redirect) as server:
         bad = server.url.split("//", 1)[1]
         config = scrape_config(tmp_path, "redirect", {"targets": [a.hostport, f"{server.url}/metrics"]})
-        scraped = {a: 1}
+        redirecting = RecordedScrapes(server)
+        scraped: dict[Scraped, int] = {a: 1, redirecting: 1}
         with Bridge.from_config(config, backends=[collecting]) as bridge:
             loop = Loop(bridge, collecting)
             for step in range(4):
-                loop.step(step, {a: 3 + step}, [a], scraped)
+                loop.step(step, {a: 3 + step}, [a, redirecting], scraped)
             errors = bridge.health.counter(SCRAPE_ERRORS, {"instance": bad})
+        requests = len(server.requests)
     received = collecting.by_step()
     assert {s: received[s][DELTA] for s in range(4)} == loop.expected
-    assert errors >= 8  # every boundary scrape of the redirecting target failed, and was counted
+    # every scrape of the redirecting target failed and was counted: the start-up one and each boundary's
+    assert errors == requests == 1 + 2 * 4
 
 
 def test_a_late_boundary_scrape_is_reported_as_the_boundary_lag(tmp_path: Path, replicas: list[Replica]) -> None:

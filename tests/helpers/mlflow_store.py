@@ -18,7 +18,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from tests.helpers.peers import machine_cache
+from tests.helpers.machine_cache import machine_cache
 
 __all__ = ["new_store"]
 

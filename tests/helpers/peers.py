@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.machine_cache import machine_cache
+
 __all__ = [
     "OTELCOL",
     "PEERS",
@@ -24,7 +26,6 @@ __all__ = [
     "VICTORIAMETRICS",
     "VLLM",
     "Peer",
-    "machine_cache",
     "peer_binary",
     "peers_root",
 ]
@@ -52,12 +53,6 @@ PEERS = (PROMETHEUS3, OTELCOL, VICTORIAMETRICS, VLLM)
 UNAVAILABLE_COMPONENTS = {"processors": ("k8s_attributes",)}
 #: Their Go modules, as collector/manifest.yaml lists them (without the version).
 UNAVAILABLE_MODULES = ("github.com/open-telemetry/opentelemetry-collector-contrib/processor/k8sattributesprocessor",)
-
-
-def machine_cache() -> Path:
-    """otel-bridge's cache folder on this machine, shared by every clone: ``$XDG_CACHE_HOME/otel-bridge``, else
-    ``~/.cache/otel-bridge`` (the peers, mypy's cache and the tests' MLflow store live in it)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "otel-bridge"
 
 
 def peers_root() -> Path:

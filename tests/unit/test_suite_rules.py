@@ -13,6 +13,7 @@ import types
 import pytest
 
 from tests.conftest import Replica
+from tests.helpers.mlflow_store import new_store
 from tests.plugins import machine, sleeps, tiers, timeline
 
 pytest_plugins = ["pytester"]
@@ -84,6 +85,11 @@ def test_a_module_holding_a_server_helper_needs_a_server() -> None:
     deploy = types.ModuleType("tests.deploy.test_promtool")
     deploy.support = __import__("tests.deploy.support", fromlist=["_"])  # runs promtool: one level down
     assert tiers.needs_server(_item(deploy))
+    # a helper that makes files in the machine's cache, beside the peers, starts nothing: the modules holding it stay
+    # in the quick tier (a4860a8 took the cache folder from tests.helpers.peers, and 38 tests left it unnoticed)
+    tracker = types.ModuleType("tests.unit.test_tracker_store")
+    tracker.new_store = new_store  # type: ignore[attr-defined]
+    assert not tiers.needs_server(_item(tracker))
 
 
 def test_a_test_that_starts_a_server_unseen_by_the_rules_fails(pytester: pytest.Pytester) -> None:

@@ -85,8 +85,8 @@ def test_a_module_holding_a_server_helper_needs_a_server() -> None:
     deploy = types.ModuleType("tests.deploy.test_promtool")
     deploy.support = __import__("tests.deploy.support", fromlist=["_"])  # runs promtool: one level down
     assert tiers.needs_server(_item(deploy))
-    # a helper that makes files in the machine's cache, beside the peers, starts nothing: the modules holding it stay
-    # in the quick tier (a4860a8 took the cache folder from tests.helpers.peers, and 38 tests left it unnoticed)
+    # a helper that only keeps files in the machine's cache, beside the peers, starts nothing: the modules holding it
+    # stay in the quick tier
     tracker = types.ModuleType("tests.unit.test_tracker_store")
     tracker.new_store = new_store  # type: ignore[attr-defined]
     assert not tiers.needs_server(_item(tracker))

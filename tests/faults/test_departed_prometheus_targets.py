@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from otel_bridge import Bridge
 from otel_bridge.health import SCRAPE_ERRORS
@@ -44,6 +45,12 @@ def key(hostport: str) -> str:
 def up(prometheus: PrometheusServer) -> dict[str, float]:
     """``{instance: up}`` of the targets Prometheus scrapes now (a dropped target's ``up`` is stale, so absent)."""
     return {r["metric"]["instance"]: float(r["value"][1]) for r in prometheus.query("up")}
+
+
+def targets(prometheus: PrometheusServer) -> list[tuple[str, str, str]]:
+    """Prometheus' active targets as ``(instance, health, last error)``: what it scrapes, when a wait on it fails."""
+    answer = requests.get(f"{prometheus.url}/api/v1/targets", params={"state": "active"}, timeout=5).json()
+    return [(t["labels"].get("instance", "?"), t["health"], t["lastError"]) for t in answer["data"]["activeTargets"]]
 
 
 @pytest.mark.parametrize("boundary", ["samples", "scrape"])
@@ -99,7 +106,11 @@ def test_a_target_prometheus_no_longer_scrapes_loses_its_health_key(
             write_sd(sd_file, [replica.hostport, staying])  # the replica behind `leaving` is gone for good
             deadline = time.monotonic() + WAIT_S
             while leaving in up(prometheus):
-                assert time.monotonic() < deadline, f"Prometheus still scrapes {leaving}: {up(prometheus)}"
+                assert time.monotonic() < deadline, (
+                    f"Prometheus still scrapes {leaving}: {up(prometheus)}; the file says "
+                    f"{sd_file.read_text(encoding='utf-8')}; its targets: {targets(prometheus)}; its log: "
+                    f"{prometheus.log_tail()}"
+                )
                 run_step()
             dropped = step  # the first step that begins after Prometheus stopped scraping it
             while step < dropped + SETTLE_STEPS + 3:

@@ -84,10 +84,7 @@ class RecordedScrapes:
         self.server = server
 
     def wait_for_scrapes(self, count: int, timeout_s: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.server.requests) < count:
-            assert time.monotonic() < deadline, f"{len(self.server.requests)} scrapes, expected {count}"
-            time.sleep(0.005)
+        self.server.wait_for_requests(count, timeout_s)
 
 
 class Loop:
@@ -99,7 +96,6 @@ class Loop:
     def __init__(self, bridge: Bridge, collecting: BackendDouble) -> None:
         self.bridge = bridge
         self.collecting = collecting
-        self.boundaries = 0
         self.expected: dict[int, float] = {}
 
     def step(self, step: int, tokens: dict[Replica, int], targets: list[Scraped], scraped: dict[Scraped, int]) -> None:

@@ -155,7 +155,7 @@ class ScriptedHTTPServer:
 
     def __init__(self, handler: Handler, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self._handler = handler
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified at each recorded request
         self._requests: list[RecordedRequest] = []
         self._errors: list[str] = []
         self._connections: set[socket.socket] = set()
@@ -184,6 +184,12 @@ class ScriptedHTTPServer:
         """The requests received so far, oldest first (a copy)."""
         with self._lock:
             return list(self._requests)
+
+    def wait_for_requests(self, count: int, timeout_s: float = 10.0) -> None:
+        """Block until ``count`` requests were received in all (fails after ``timeout_s``)."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self._requests) >= count, timeout_s):
+                raise AssertionError(f"{len(self._requests)} requests, expected {count}")
 
     @property
     def handler_errors(self) -> list[str]:
@@ -234,6 +240,7 @@ class ScriptedHTTPServer:
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(request)
+            self._lock.notify_all()
 
     def _record_error(self, text: str) -> None:
         with self._lock:
